@@ -1,0 +1,27 @@
+#pragma once
+// UUIDv7 (RFC 9562): 48-bit Unix-ms timestamp, version 7, variant 10, and a
+// 12-bit sub-millisecond counter so ids made in one process sort in creation order.
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace fleetlink {
+
+struct Uuid {
+  std::array<std::uint8_t, 16> bytes{};
+  std::string to_string() const;               // canonical 36-char lowercase
+  std::uint64_t unix_ms() const noexcept;      // the embedded timestamp
+  unsigned version() const noexcept;
+  auto operator<=>(const Uuid&) const = default;
+};
+
+// Monotonic inside this process (thread-safe).
+Uuid uuid_v7();
+// Same, with an explicit clock reading: for tests.
+Uuid uuid_v7_at(std::uint64_t unix_ms);
+std::optional<Uuid> parse_uuid(std::string_view text) noexcept;
+bool is_uuid_v7(std::string_view text) noexcept;
+
+}  // namespace fleetlink
