@@ -1,0 +1,57 @@
+#pragma once
+// The broker's Prometheus metrics: aggregated counters, gauges and histograms,
+// never a series per rig. Single-threaded (the event loop), so plain integers.
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace fleetlink::broker {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> upper_bounds);
+  void observe(double v) noexcept;
+  const std::vector<double>& bounds() const noexcept { return bounds_; }
+  const std::vector<std::uint64_t>& counts() const noexcept { return counts_; }  // per bucket, +Inf last
+  double sum() const noexcept { return sum_; }
+  std::uint64_t count() const noexcept { return count_; }
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<std::uint64_t> counts_;
+  double sum_ = 0;
+  std::uint64_t count_ = 0;
+};
+
+struct BrokerMetrics {
+  BrokerMetrics();
+
+  std::int64_t connections_open = 0;                 // gauge: WebSocket connections
+  std::int64_t rigs_registered = 0;                  // gauge: rigs past WELCOME
+  std::uint64_t connections_accepted = 0;            // TCP accepts that were admitted
+  std::uint64_t admissions_refused = 0;              // answered 503 Retry-After
+  std::map<std::string, std::uint64_t> hellos;       // by outcome: accepted, malformed, identity_mismatch, duplicate, superseded_old
+  std::map<std::uint16_t, std::uint64_t> closes;     // by close code
+  std::uint64_t commands_enqueued = 0;
+  std::uint64_t commands_acked = 0;
+  std::uint64_t commands_nacked = 0;
+  std::uint64_t commands_rejected = 0;               // enqueue refused (full, unknown rig, ...)
+  std::uint64_t commands_completed = 0;              // RESULT received
+  std::uint64_t commands_lost = 0;                   // connection ended before ACK
+  std::uint64_t frames_in = 0;
+  std::uint64_t frames_out = 0;
+  std::uint64_t frames_rejected = 0;                 // malformed, oversized, rate-limited
+  std::uint64_t unknown_types_ignored = 0;           // lenient mode
+  std::uint64_t pings_sent = 0;
+  std::uint64_t pongs_missed = 0;
+  Histogram outbox_depth;                            // observed at each enqueue
+  Histogram ack_latency_seconds;                     // enqueue -> ACK
+
+  // Prometheus text exposition format 0.0.4. `gauges` adds point-in-time values
+  // computed by the caller (e.g. process RSS).
+  std::string render_prometheus(const std::map<std::string, double>& extra_gauges = {}) const;
+};
+
+}  // namespace fleetlink::broker
