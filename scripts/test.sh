@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds, and runs every test: unit tests (also under
+# AddressSanitizer + UBSan), integration tests with real processes on loopback,
+# the decoder fuzzer for a bounded time, and the benchmark smoke.
+#   FUZZ_SECONDS (default 60)   SKIP_INSTALL=1   SKIP_SANITIZERS=1   SKIP_FUZZ=1
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CTEST_OUTPUT_ON_FAILURE=1
+
+if [[ "${SKIP_INSTALL:-0}" != 1 ]]; then scripts/install-deps.sh; fi
+ulimit -n "$(ulimit -Hn)" || true
+
+step() { printf '\n==== %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
+
+step "build (RelWithDebInfo)"
+BUILD_DIR=build scripts/build.sh
+
+if [[ "${SKIP_SANITIZERS:-0}" != 1 ]]; then
+  step "unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DFLEETLINK_SANITIZE=address,undefined \
+        -DFLEETLINK_BUILD_BENCH=OFF >/dev/null
+  units=$(cmake --build build-asan --target help | awk '/unit_/ {print $2}' | tr '\n' ' ')
+  # shellcheck disable=SC2086
+  cmake --build build-asan -j"$(nproc)" --target $units
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan -L unit
+fi
+
+if [[ "${SKIP_FUZZ:-0}" != 1 && -x tests/fuzz/run-fuzz.sh ]]; then
+  step "fuzzing the frame decoder for ${FUZZ_SECONDS:-60}s"
+  tests/fuzz/run-fuzz.sh build-fuzz "${FUZZ_SECONDS:-60}"
+fi
+
+step "unit, integration and benchmark-smoke tests"
+ctest --test-dir build --timeout 600
