@@ -14,8 +14,21 @@ struct DecodeOptions {
   std::size_t max_frame_bytes = kDefaultMaxFrameBytes;
 };
 
+// Field limits enforced by decode() and validate(); docs/PROTOCOL.md lists them per field.
+inline constexpr std::size_t kMaxIdBytes = 64;          // rig_id, kind, kinds[i], event name: [A-Za-z0-9._-]+
+inline constexpr std::size_t kMaxBrokerIdBytes = 255;   // broker_id (a host name): [A-Za-z0-9._-]+
+inline constexpr std::size_t kMaxVersionBytes = 64;     // agent_version
+inline constexpr std::size_t kMaxKinds = 32;            // hello.kinds entries
+inline constexpr std::size_t kMaxMapEntries = 64;       // labels, args, event fields
+inline constexpr std::size_t kMaxMapKeyBytes = 64;      // map keys (non-empty)
+inline constexpr std::size_t kMaxMapValueBytes = 4096;  // map values
+inline constexpr std::size_t kMaxDetailBytes = 4096;    // nack/result detail
+inline constexpr std::size_t kMaxReasonBytes = 256;     // goaway reason
+
 Bytes encode(const Message& m);
 Expected<Message> decode(std::span<const std::uint8_t> frame, const DecodeOptions& opts = {});
+// The field rules decode() applies, for a message built in memory (e.g. before sending).
+Expected<void> validate(const Message& m);
 
 // Whether an unknown message type ends the connection: strict mode (tests,
 // development) closes with CloseCode::unknown_type, lenient mode counts and ignores.

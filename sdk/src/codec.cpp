@@ -1,0 +1,552 @@
+// msgpack codec for fleetlink messages.
+//
+// Wire shape (docs/PROTOCOL.md): one map per frame; "v" first, "t" second, then the
+// message's fields in declaration order, every field always present. Each message
+// lists its fields once (visit_fields below) and encode, decode and the docs follow
+// that one list, so they cannot drift apart.
+//
+// Decoding never throws. msgpack-cxx reports bad input by exception; every one is
+// caught here and turned into an Error. unpack_limit bounds container sizes and
+// nesting depth, so a hostile frame cannot make the parser allocate much more than
+// the frame's own size or recurse deeply.
+#include "fleetlink/codec.hpp"
+
+#include <msgpack.hpp>
+
+#include <algorithm>
+#include <array>
+#include <limits>
+#include <new>
+#include <optional>
+#include <string_view>
+#include <type_traits>
+
+#include "fleetlink/uuid.hpp"
+
+namespace fleetlink {
+namespace {
+
+enum class Need : std::uint8_t { required, optional };
+
+// Wire names, in the order of the alternatives of Message.
+constexpr std::array<std::string_view, std::variant_size_v<Message>> kTypeNames{
+    "hello", "welcome", "command", "ack", "nack", "result", "output", "event", "cancel", "goaway"};
+
+// Parser bounds. Field-level limits are checked after parsing (validate); these only
+// keep the generic parser cheap on hostile input, including in unknown fields.
+constexpr std::size_t kMaxArrayEntries = 4096;
+constexpr std::size_t kMaxMapEntriesAnyLevel = 1024;
+constexpr std::size_t kMaxDepth = 16;
+
+// ---- the field lists --------------------------------------------------------
+
+template <typename M, typename F>
+void visit_fields(M& m, F& f) {
+  using T = std::remove_const_t<M>;
+  if constexpr (std::is_same_v<T, msg::Hello>) {
+    f("rig_id", m.rig_id, Need::required);
+    f("agent_version", m.agent_version, Need::required);
+    f("boot_id", m.boot_id, Need::required);
+    f("labels", m.labels, Need::optional);
+    f("kinds", m.kinds, Need::optional);
+  } else if constexpr (std::is_same_v<T, msg::Welcome>) {
+    f("broker_id", m.broker_id, Need::required);
+    f("session_id", m.session_id, Need::required);
+    f("ping_interval_ms", m.ping_interval_ms, Need::optional);
+    f("max_frame_bytes", m.max_frame_bytes, Need::optional);
+  } else if constexpr (std::is_same_v<T, msg::Command>) {
+    f("seq", m.seq, Need::required);
+    f("cmd_id", m.cmd_id, Need::required);
+    f("kind", m.kind, Need::required);
+    f("args", m.args, Need::optional);
+    f("issued_at_ms", m.issued_at_ms, Need::optional);
+  } else if constexpr (std::is_same_v<T, msg::Ack>) {
+    f("seq", m.seq, Need::required);
+    f("cmd_id", m.cmd_id, Need::required);
+    f("duplicate", m.duplicate, Need::optional);
+  } else if constexpr (std::is_same_v<T, msg::Nack>) {
+    f("seq", m.seq, Need::required);
+    f("cmd_id", m.cmd_id, Need::optional);
+    f("reason", m.reason, Need::required);
+    f("detail", m.detail, Need::optional);
+    f("expected_seq", m.expected_seq, Need::optional);
+  } else if constexpr (std::is_same_v<T, msg::Result>) {
+    f("cmd_id", m.cmd_id, Need::required);
+    f("status", m.status, Need::required);
+    f("exit_code", m.exit_code, Need::optional);
+    f("signal", m.signal, Need::optional);
+    f("output", m.output, Need::optional);
+    f("truncated", m.truncated, Need::optional);
+    f("dropped_bytes", m.dropped_bytes, Need::optional);
+    f("started_at_ms", m.started_at_ms, Need::optional);
+    f("finished_at_ms", m.finished_at_ms, Need::optional);
+    f("detail", m.detail, Need::optional);
+  } else if constexpr (std::is_same_v<T, msg::OutputChunk>) {
+    f("cmd_id", m.cmd_id, Need::required);
+    f("offset", m.offset, Need::required);
+    f("data", m.data, Need::required);
+  } else if constexpr (std::is_same_v<T, msg::Event>) {
+    f("name", m.name, Need::required);
+    f("fields", m.fields, Need::optional);
+    f("at_ms", m.at_ms, Need::optional);
+  } else if constexpr (std::is_same_v<T, msg::Cancel>) {
+    f("cmd_id", m.cmd_id, Need::required);
+  } else if constexpr (std::is_same_v<T, msg::Goaway>) {
+    f("reason", m.reason, Need::optional);
+    f("reconnect_after_ms", m.reconnect_after_ms, Need::optional);
+  } else {
+    static_assert(sizeof(T) == 0, "every message needs a field list");
+  }
+}
+
+// ---- encoding ---------------------------------------------------------------
+
+using Packer = msgpack::packer<msgpack::sbuffer>;
+
+void put(Packer& pk, std::string_view s) {
+  const auto n = static_cast<std::uint32_t>(s.size());
+  pk.pack_str(n);
+  pk.pack_str_body(s.data(), n);
+}
+void put(Packer& pk, const std::string& s) { put(pk, std::string_view(s)); }
+void put(Packer& pk, std::uint64_t v) { pk.pack_uint64(v); }
+void put(Packer& pk, std::uint32_t v) { pk.pack_uint64(v); }
+void put(Packer& pk, std::int32_t v) {
+  if (v >= 0) {
+    pk.pack_uint64(static_cast<std::uint64_t>(v));  // smallest form: positive fixint/uint
+  } else {
+    pk.pack_int64(v);
+  }
+}
+void put(Packer& pk, bool v) {
+  if (v) {
+    pk.pack_true();
+  } else {
+    pk.pack_false();
+  }
+}
+void put(Packer& pk, const Bytes& b) {
+  const auto n = static_cast<std::uint32_t>(b.size());
+  pk.pack_bin(n);
+  pk.pack_bin_body(reinterpret_cast<const char*>(b.data()), n);
+}
+void put(Packer& pk, const StringMap& m) {  // std::map: keys in byte order, deterministic
+  pk.pack_map(static_cast<std::uint32_t>(m.size()));
+  for (const auto& [k, v] : m) {
+    put(pk, k);
+    put(pk, v);
+  }
+}
+void put(Packer& pk, const std::vector<std::string>& list) {
+  pk.pack_array(static_cast<std::uint32_t>(list.size()));
+  for (const auto& s : list) put(pk, s);
+}
+void put(Packer& pk, msg::NackReason r) { put(pk, std::string_view(to_string(r))); }
+void put(Packer& pk, msg::Status s) { put(pk, std::string_view(to_string(s))); }
+
+struct FieldCounter {
+  std::uint32_t n = 0;
+  template <typename T>
+  void operator()(const char*, const T&, Need) { ++n; }
+};
+
+struct FieldWriter {
+  Packer& pk;
+  template <typename T>
+  void operator()(const char* name, const T& value, Need) {
+    put(pk, std::string_view(name));
+    put(pk, value);
+  }
+};
+
+// ---- decoding ---------------------------------------------------------------
+
+bool read(const msgpack::object& o, std::string& out) {
+  if (o.type != msgpack::type::STR) return false;
+  out.assign(o.via.str.ptr, o.via.str.size);
+  return true;
+}
+bool read(const msgpack::object& o, std::uint64_t& out) {
+  if (o.type != msgpack::type::POSITIVE_INTEGER) return false;
+  out = o.via.u64;
+  return true;
+}
+bool read(const msgpack::object& o, std::uint32_t& out) {
+  if (o.type != msgpack::type::POSITIVE_INTEGER ||
+      o.via.u64 > std::numeric_limits<std::uint32_t>::max()) {
+    return false;
+  }
+  out = static_cast<std::uint32_t>(o.via.u64);
+  return true;
+}
+bool read(const msgpack::object& o, std::int32_t& out) {
+  if (o.type == msgpack::type::POSITIVE_INTEGER &&
+      o.via.u64 <= static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max())) {
+    out = static_cast<std::int32_t>(o.via.u64);
+    return true;
+  }
+  if (o.type == msgpack::type::NEGATIVE_INTEGER &&
+      o.via.i64 >= std::numeric_limits<std::int32_t>::min()) {
+    out = static_cast<std::int32_t>(o.via.i64);
+    return true;
+  }
+  return false;
+}
+bool read(const msgpack::object& o, bool& out) {
+  if (o.type != msgpack::type::BOOLEAN) return false;
+  out = o.via.boolean;
+  return true;
+}
+bool read(const msgpack::object& o, Bytes& out) {
+  if (o.type != msgpack::type::BIN) return false;
+  const auto* p = reinterpret_cast<const std::uint8_t*>(o.via.bin.ptr);
+  out.assign(p, p + o.via.bin.size);
+  return true;
+}
+bool read(const msgpack::object& o, StringMap& out) {
+  if (o.type != msgpack::type::MAP) return false;
+  out.clear();
+  for (std::uint32_t i = 0; i < o.via.map.size; ++i) {
+    std::string k;
+    std::string v;
+    if (!read(o.via.map.ptr[i].key, k) || !read(o.via.map.ptr[i].val, v)) return false;
+    if (!out.emplace(std::move(k), std::move(v)).second) return false;  // duplicate key
+  }
+  return true;
+}
+bool read(const msgpack::object& o, std::vector<std::string>& out) {
+  if (o.type != msgpack::type::ARRAY) return false;
+  out.clear();
+  out.reserve(o.via.array.size);
+  for (std::uint32_t i = 0; i < o.via.array.size; ++i) {
+    std::string s;
+    if (!read(o.via.array.ptr[i], s)) return false;
+    out.push_back(std::move(s));
+  }
+  return true;
+}
+bool read(const msgpack::object& o, msg::NackReason& out) {
+  std::string s;
+  if (!read(o, s)) return false;
+  const auto r = nack_reason_from_string(s);
+  if (!r) return false;
+  out = *r;
+  return true;
+}
+bool read(const msgpack::object& o, msg::Status& out) {
+  std::string s;
+  if (!read(o, s)) return false;
+  const auto r = status_from_string(s);
+  if (!r) return false;
+  out = *r;
+  return true;
+}
+
+const char* wire_type(const std::string&) { return "str"; }
+const char* wire_type(std::uint64_t) { return "uint64"; }
+const char* wire_type(std::uint32_t) { return "uint32"; }
+const char* wire_type(std::int32_t) { return "int32"; }
+const char* wire_type(bool) { return "bool"; }
+const char* wire_type(const Bytes&) { return "bin"; }
+const char* wire_type(const StringMap&) { return "map of str to str (unique keys)"; }
+const char* wire_type(const std::vector<std::string>&) { return "array of str"; }
+const char* wire_type(msg::NackReason) { return "nack reason string"; }
+const char* wire_type(msg::Status) { return "status string"; }
+
+// The top-level map's entries by key (keys already checked to be unique strings).
+struct TopLevel {
+  std::vector<std::pair<std::string_view, const msgpack::object*>> entries;
+  const msgpack::object* find(std::string_view key) const {
+    for (const auto& [k, v] : entries) {
+      if (k == key) return v;
+    }
+    return nullptr;
+  }
+};
+
+struct FieldReader {
+  const TopLevel& top;
+  std::optional<Error> error;
+  template <typename T>
+  void operator()(const char* name, T& out, Need need) {
+    if (error) return;
+    const msgpack::object* o = top.find(name);
+    if (o == nullptr) {
+      if (need == Need::required) {
+        error = make_error(Errc::missing_field, std::string("missing field ") + name);
+      }
+      return;
+    }
+    if (!read(*o, out)) {
+      error = make_error(Errc::bad_field,
+                         std::string("field ") + name + ": expected " + wire_type(out));
+    }
+  }
+};
+
+// ---- validation -------------------------------------------------------------
+
+bool valid_utf8(std::string_view s) {
+  std::size_t i = 0;
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  while (i < n) {
+    const unsigned c = p[i];
+    std::size_t len = 0;
+    std::uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      len = 2;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + len > n) return false;
+    for (std::size_t k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+        (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) {
+      return false;
+    }
+    i += len;
+  }
+  return true;
+}
+
+struct Checker {
+  std::optional<Error> error;
+
+  void fail(Errc code, std::string detail) {
+    if (!error) error = make_error(code, std::move(detail));
+  }
+  void text(const char* name, std::string_view s, std::size_t max, bool non_empty) {
+    if (error) return;
+    if (s.size() > max) {
+      fail(Errc::too_large, std::string(name) + ": longer than " + std::to_string(max) + " bytes");
+    } else if (non_empty && s.empty()) {
+      fail(Errc::bad_field, std::string(name) + ": must not be empty");
+    } else if (!valid_utf8(s)) {
+      fail(Errc::bad_field, std::string(name) + ": not valid UTF-8");
+    }
+  }
+  void ident(const char* name, std::string_view s, std::size_t max) {
+    if (error) return;
+    if (s.empty() || s.size() > max) {
+      fail(s.empty() ? Errc::bad_field : Errc::too_large,
+           std::string(name) + ": must be 1.." + std::to_string(max) + " characters");
+      return;
+    }
+    const bool ok = std::all_of(s.begin(), s.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             c == '.' || c == '_' || c == '-';
+    });
+    if (!ok) fail(Errc::bad_field, std::string(name) + ": only [A-Za-z0-9._-] allowed");
+  }
+  void uuid(const char* name, std::string_view s, bool may_be_empty = false) {
+    if (error || (may_be_empty && s.empty())) return;
+    if (!parse_uuid(s)) fail(Errc::bad_field, std::string(name) + ": not a UUID");
+  }
+  void map(const char* name, const StringMap& m) {
+    if (error) return;
+    if (m.size() > kMaxMapEntries) {
+      fail(Errc::too_large,
+           std::string(name) + ": more than " + std::to_string(kMaxMapEntries) + " entries");
+      return;
+    }
+    for (const auto& [k, v] : m) {
+      text(name, k, kMaxMapKeyBytes, true);
+      text(name, v, kMaxMapValueBytes, false);
+    }
+  }
+  void bytes(const char* name, const Bytes& b, std::size_t max) {
+    if (error) return;
+    if (b.size() > max) {
+      fail(Errc::too_large, std::string(name) + ": more than " + std::to_string(max) + " bytes");
+    }
+  }
+  void positive(const char* name, std::uint64_t v) {
+    if (!error && v == 0) fail(Errc::bad_field, std::string(name) + ": must be >= 1");
+  }
+
+  void check(const msg::Hello& m) {
+    ident("rig_id", m.rig_id, kMaxIdBytes);
+    text("agent_version", m.agent_version, kMaxVersionBytes, true);
+    uuid("boot_id", m.boot_id);
+    map("labels", m.labels);
+    if (!error && m.kinds.size() > kMaxKinds) {
+      fail(Errc::too_large, "kinds: more than " + std::to_string(kMaxKinds) + " entries");
+    }
+    for (const auto& k : m.kinds) ident("kinds", k, kMaxIdBytes);
+  }
+  void check(const msg::Welcome& m) {
+    ident("broker_id", m.broker_id, kMaxBrokerIdBytes);
+    uuid("session_id", m.session_id);
+  }
+  void check(const msg::Command& m) {
+    positive("seq", m.seq);
+    uuid("cmd_id", m.cmd_id);
+    ident("kind", m.kind, kMaxIdBytes);
+    map("args", m.args);
+  }
+  void check(const msg::Ack& m) {
+    positive("seq", m.seq);
+    uuid("cmd_id", m.cmd_id);
+  }
+  void check(const msg::Nack& m) {
+    uuid("cmd_id", m.cmd_id, /*may_be_empty=*/true);  // empty: the command was undecodable
+    text("detail", m.detail, kMaxDetailBytes, false);
+  }
+  void check(const msg::Result& m) {
+    uuid("cmd_id", m.cmd_id);
+    bytes("output", m.output, kMaxResultOutput);
+    text("detail", m.detail, kMaxDetailBytes, false);
+  }
+  void check(const msg::OutputChunk& m) {
+    uuid("cmd_id", m.cmd_id);
+    bytes("data", m.data, kMaxChunkBytes);
+  }
+  void check(const msg::Event& m) {
+    ident("name", m.name, kMaxIdBytes);
+    map("fields", m.fields);
+  }
+  void check(const msg::Cancel& m) { uuid("cmd_id", m.cmd_id); }
+  void check(const msg::Goaway& m) { text("reason", m.reason, kMaxReasonBytes, false); }
+};
+
+template <std::size_t I = 0>
+Expected<Message> decode_as(std::size_t index, const TopLevel& top) {
+  if constexpr (I < std::variant_size_v<Message>) {
+    if (index != I) return decode_as<I + 1>(index, top);
+    std::variant_alternative_t<I, Message> m{};
+    FieldReader reader{top, std::nullopt};
+    visit_fields(m, reader);
+    if (reader.error) return *reader.error;
+    Checker checker;
+    checker.check(m);
+    if (checker.error) return *checker.error;
+    return Message{std::in_place_index<I>, std::move(m)};
+  } else {
+    return make_error(Errc::unknown_type, "no such message index");
+  }
+}
+
+// Keep strings in the caller's buffer during decoding instead of copying them into
+// the zone: decode() copies what it keeps into the message before returning.
+bool reference_everything(msgpack::type::object_type, std::size_t, void*) { return true; }
+
+Expected<Message> decode_object(const msgpack::object& root) {
+  if (root.type != msgpack::type::MAP) {
+    return make_error(Errc::malformed, "frame is not a msgpack map");
+  }
+  TopLevel top;
+  top.entries.reserve(root.via.map.size);
+  for (std::uint32_t i = 0; i < root.via.map.size; ++i) {
+    const auto& kv = root.via.map.ptr[i];
+    if (kv.key.type != msgpack::type::STR) {
+      return make_error(Errc::malformed, "map key is not a string");
+    }
+    const std::string_view key(kv.key.via.str.ptr, kv.key.via.str.size);
+    if (top.find(key) != nullptr) {
+      return make_error(Errc::malformed, "duplicate key " + std::string(key.substr(0, 64)));
+    }
+    top.entries.emplace_back(key, &kv.val);
+  }
+
+  const msgpack::object* v = top.find("v");
+  if (v == nullptr) return make_error(Errc::missing_field, "missing field v");
+  if (v->type != msgpack::type::POSITIVE_INTEGER) {
+    return make_error(Errc::bad_field, "field v: expected uint");
+  }
+  if (v->via.u64 != kProtocolVersion) {
+    return make_error(Errc::unsupported_version,
+                      "protocol version " + std::to_string(v->via.u64) + " not supported");
+  }
+  const msgpack::object* t = top.find("t");
+  if (t == nullptr) return make_error(Errc::missing_field, "missing field t");
+  if (t->type != msgpack::type::STR) return make_error(Errc::bad_field, "field t: expected str");
+  const std::string_view type(t->via.str.ptr, t->via.str.size);
+  const auto it = std::find(kTypeNames.begin(), kTypeNames.end(), type);
+  if (it == kTypeNames.end()) {
+    std::string shown(type.substr(0, 64));
+    if (!valid_utf8(shown)) shown = "(not UTF-8)";
+    return make_error(Errc::unknown_type, "unknown message type " + shown);
+  }
+  return decode_as(static_cast<std::size_t>(it - kTypeNames.begin()), top);
+}
+
+}  // namespace
+
+Bytes encode(const Message& m) {
+  return std::visit(
+      [](const auto& body) {
+        FieldCounter counter;
+        visit_fields(body, counter);
+        msgpack::sbuffer buf;
+        Packer pk(buf);
+        pk.pack_map(2 + counter.n);
+        put(pk, std::string_view("v"));
+        put(pk, std::uint64_t{kProtocolVersion});
+        put(pk, std::string_view("t"));
+        put(pk, kTypeNames[Message(body).index()]);
+        FieldWriter writer{pk};
+        visit_fields(body, writer);
+        const auto* p = reinterpret_cast<const std::uint8_t*>(buf.data());
+        return Bytes(p, p + buf.size());
+      },
+      m);
+}
+
+Expected<Message> decode(std::span<const std::uint8_t> frame, const DecodeOptions& opts) {
+  if (frame.size() > opts.max_frame_bytes) {
+    return make_error(Errc::too_large, "frame of " + std::to_string(frame.size()) +
+                                           " bytes is over the limit of " +
+                                           std::to_string(opts.max_frame_bytes));
+  }
+  if (frame.empty()) return make_error(Errc::truncated, "empty frame");
+  try {
+    const msgpack::unpack_limit limit(kMaxArrayEntries, kMaxMapEntriesAnyLevel, frame.size(),
+                                      frame.size(), frame.size(), kMaxDepth);
+    std::size_t offset = 0;
+    bool referenced = false;
+    const auto* data = reinterpret_cast<const char*>(frame.data());
+    const msgpack::object_handle handle = msgpack::unpack(
+        data, frame.size(), offset, referenced, &reference_everything, nullptr, limit);
+    if (offset != frame.size()) {
+      return make_error(Errc::malformed, std::to_string(frame.size() - offset) +
+                                             " trailing bytes after the message map");
+    }
+    return decode_object(handle.get());
+  } catch (const msgpack::insufficient_bytes&) {
+    return make_error(Errc::truncated, "frame ends inside a value");
+  } catch (const msgpack::size_overflow& e) {
+    return make_error(Errc::too_large, std::string("msgpack limit: ") + e.what());
+  } catch (const msgpack::parse_error& e) {
+    return make_error(Errc::malformed, std::string("not msgpack: ") + e.what());
+  } catch (const std::bad_alloc&) {
+    return make_error(Errc::too_large, "out of memory decoding frame");
+  } catch (const std::exception& e) {
+    return make_error(Errc::malformed, std::string("undecodable frame: ") + e.what());
+  } catch (...) {
+    return make_error(Errc::malformed, "undecodable frame");
+  }
+}
+
+Expected<void> validate(const Message& m) {
+  Checker checker;
+  std::visit([&](const auto& body) { checker.check(body); }, m);
+  if (checker.error) return *checker.error;
+  return {};
+}
+
+}  // namespace fleetlink
