@@ -34,12 +34,15 @@ void fill_random(std::uint8_t* out, std::size_t n) {
 class Generator {
  public:
   // follow_clock_back: false for the real clock (stay monotonic if it steps back),
-  // true for uuid_v7_at (tests want exactly the timestamp they pass).
+  // true for uuid_v7_at (tests want the timestamp they pass, unless the same
+  // millisecond is asked for more than 4096 times).
   Uuid next(std::uint64_t now_ms, bool follow_clock_back) {
     std::uint8_t rnd[10];
     fill_random(rnd, sizeof rnd);
     std::lock_guard lock(mu_);
-    if (now_ms > last_ms_ || (follow_clock_back && now_ms < last_ms_) || !started_) {
+    const bool stepped_back = follow_clock_back && now_ms < last_request_ms_;
+    last_request_ms_ = now_ms;
+    if (now_ms > last_ms_ || stepped_back || !started_) {
       last_ms_ = now_ms;
       // Random start in [0, 2048): leaves at least 2048 ids in this millisecond.
       counter_ = static_cast<std::uint16_t>(((rnd[0] << 8) | rnd[1]) & 0x07FF);
@@ -62,7 +65,8 @@ class Generator {
 
  private:
   std::mutex mu_;
-  std::uint64_t last_ms_ = 0;
+  std::uint64_t last_ms_ = 0;          // timestamp of the last id (may run ahead of the clock)
+  std::uint64_t last_request_ms_ = 0;  // clock reading given for the last id
   std::uint16_t counter_ = 0;
   bool started_ = false;
 };
