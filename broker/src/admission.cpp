@@ -1,0 +1,89 @@
+#include "admission.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "log.hpp"
+
+namespace fleetlink::broker {
+
+AdmissionListener::~AdmissionListener() { close(); }
+
+Expected<void> AdmissionListener::open(const HostPort& where, int backlog) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  std::string port = std::to_string(where.port);
+  int rc = getaddrinfo(where.host.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0 || !res)
+    return make_error(Errc::io, "cannot resolve " + where.to_string() + ": " + gai_strerror(rc));
+  int fd = ::socket(res->ai_family, res->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    freeaddrinfo(res);
+    return make_error(Errc::io, std::string("socket: ") + std::strerror(errno));
+  }
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+  if (::bind(fd, res->ai_addr, res->ai_addrlen) != 0 || ::listen(fd, backlog) != 0) {
+    std::string err = std::strerror(errno);
+    freeaddrinfo(res);
+    ::close(fd);
+    return make_error(Errc::io, "cannot listen on " + where.to_string() + ": " + err);
+  }
+  freeaddrinfo(res);
+  sockaddr_storage ss{};
+  socklen_t sl = sizeof ss;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &sl);
+  port_ = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
+                                   : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  fd_ = fd;
+  poll_ = new uv_poll_t{};
+  uv_poll_init_socket(loop_, poll_, fd_);
+  poll_->data = this;
+  uv_poll_start(poll_, UV_READABLE, &AdmissionListener::on_readable);
+  return {};
+}
+
+void AdmissionListener::on_readable(uv_poll_t* handle, int status, int /*events*/) {
+  auto* self = static_cast<AdmissionListener*>(handle->data);
+  if (!self || status < 0 || self->fd_ < 0) return;
+  // Bounded per wake-up so a storm cannot starve established connections.
+  for (int i = 0; i < 64; ++i) {
+    int fd = ::accept4(self->fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        FL_WARN("accept failed: %s", std::strerror(errno));
+      return;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    self->on_accept_(fd);
+  }
+}
+
+void AdmissionListener::close() {
+  if (poll_) {
+    poll_->data = nullptr;
+    uv_poll_stop(poll_);
+    uv_close(reinterpret_cast<uv_handle_t*>(poll_),
+             [](uv_handle_t* h) { delete reinterpret_cast<uv_poll_t*>(h); });
+    poll_ = nullptr;
+  }
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+}  // namespace fleetlink::broker

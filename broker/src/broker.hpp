@@ -1,0 +1,138 @@
+#pragma once
+// The broker's data plane: the libwebsockets context on a libuv loop, the rig
+// listener(s), every rig connection, the outboxes, keepalive, admission and
+// drain. Implements Fleet for the control plane. Single-threaded: everything
+// runs on the loop thread.
+#include <libwebsockets.h>
+#include <uv.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <unordered_map>
+
+#include "admission.hpp"
+#include "command_table.hpp"
+#include "config.hpp"
+#include "connection.hpp"
+#include "drain.hpp"
+#include "fleet.hpp"
+#include "hello_policy.hpp"
+#include "keepalive.hpp"
+#include "metrics.hpp"
+#include "registry_backend.hpp"
+
+struct lws;
+struct lws_context;
+struct lws_vhost;
+
+namespace fleetlink::broker {
+
+class Broker final : public Fleet {
+ public:
+  Broker(BrokerConfig cfg, uv_loop_t* loop, BrokerMetrics& metrics,
+         std::unique_ptr<RegistryBackend> registry);
+  ~Broker() override;
+  Broker(const Broker&) = delete;
+  Broker& operator=(const Broker&) = delete;
+
+  // Create the lws context, vhosts, listeners, timers and signal handlers.
+  // On success the actual listen ports are known (listen_port()).
+  Expected<void> start();
+  // Tear down (after the loop stopped): closes handles, destroys the context.
+  void shutdown();
+  lws_context* context() const noexcept { return context_; }
+  int listen_port() const noexcept { return listen_port_; }
+  int plain_port() const noexcept { return plain_port_; }
+  // The control API's actual port (0 when it is not built in).
+  int control_port() const noexcept;
+  // Exit code to return once the loop has stopped.
+  int exit_code() const noexcept { return exit_code_; }
+
+  // Fleet
+  EnqueueOutcome enqueue(std::string_view rig_id, std::string kind, StringMap args) override;
+  std::vector<RigView> rigs() const override;
+  std::optional<RigView> rig(std::string_view rig_id) const override;
+  std::optional<CommandView> command(std::string_view cmd_id) const override;
+  bool force_reconnect(std::string_view rig_id) override;
+  void start_drain(std::chrono::milliseconds window) override;
+  bool draining() const override { return drain_.active; }
+  bool ready() const override;
+  std::string broker_id() const override { return cfg_.broker_id; }
+  std::uint64_t subscribe(EventSink sink) override;
+  void unsubscribe(std::uint64_t id) override;
+
+  // Bonus: broker -> agent CANCEL for a command in flight. False if unknown/not live.
+  bool cancel(std::string_view cmd_id);
+
+  // The lws protocol callback (static trampoline -> instance).
+  static int lws_callback(lws* wsi, enum lws_callback_reasons reason, void* user, void* in, std::size_t len);
+
+ private:
+  int on_callback(lws* wsi, int reason, void* user, void* in, std::size_t len);
+  int on_confirm_upgrade(lws* wsi);
+  int on_receive(Connection& c, const std::uint8_t* in, std::size_t len);
+  void on_frame(Connection& c, std::span<const std::uint8_t> frame);
+  void on_hello(Connection& c, msg::Hello hello);
+  void on_ack(Connection& c, const msg::Ack& ack);
+  void on_nack(Connection& c, const msg::Nack& nack);
+  void on_result(Connection& c, msg::Result result);
+  void on_output(Connection& c, const msg::OutputChunk& chunk);
+  int on_writeable(Connection& c);
+  void on_closed(Connection& c);
+
+  void request_close(Connection& c, CloseCode code, std::string reason);
+  void unregister(Connection& c);
+  int write_frame(Connection& c, const Message& m);
+  bool more_to_write(const Connection& c) const noexcept;
+  void emit(std::string type, const std::string& rig_id, const std::string& cmd_id,
+            std::string detail);
+  RigView view_of(const Connection& c) const;
+  std::optional<CertIdentity> peer_identity(lws* wsi) const;
+
+  void sweep();
+  void check_drain_done();
+  void stop_loop(int code);
+
+  std::uint32_t mono_ms() const noexcept;
+  std::uint64_t mono_us() const noexcept;
+
+  BrokerConfig cfg_;
+  uv_loop_t* loop_;
+  BrokerMetrics& metrics_;
+  std::unique_ptr<RegistryBackend> registry_;
+  KeepaliveSettings keepalive_;
+  lws_context* context_ = nullptr;
+  lws_vhost* agent_vhost_ = nullptr;
+  lws_vhost* plain_vhost_ = nullptr;
+  lws_vhost* control_vhost_ = nullptr;
+  std::unique_ptr<AdmissionListener> listener_;
+  std::unique_ptr<AdmissionListener> plain_listener_;
+  TokenBucket accept_bucket_;
+  int listen_port_ = 0;
+  int plain_port_ = 0;
+  bool certs_loaded_ = false;
+  bool stopping_ = false;
+  int exit_code_ = 0;
+
+  uv_timer_t sweep_timer_{};
+  uv_signal_t sigterm_{};
+  uv_signal_t sigint_{};
+  bool handles_open_ = false;
+  std::uint64_t start_mono_ms_ = 0;
+  std::uint32_t last_refresh_ms_ = 0;
+
+  Connection* head_ = nullptr;     // every WebSocket connection
+  std::size_t connection_count_ = 0;
+  std::unordered_map<std::string, Connection*> rigs_;  // registered rigs
+  CommandTable commands_;
+  DrainPlan drain_;
+  std::mt19937_64 rng_;
+  std::vector<std::uint8_t> tx_;   // LWS_PRE + frame, reused for every write
+  std::map<std::uint64_t, EventSink> sinks_;
+  std::uint64_t next_sink_id_ = 1;
+};
+
+}  // namespace fleetlink::broker

@@ -1,0 +1,61 @@
+#pragma once
+// The state of one rig connection. It lives inside libwebsockets' per-session
+// allocation (placement-new at ESTABLISHED, destroyed at CLOSED), so an idle
+// rig costs lws's own ~1.1 KB plus this struct and its few small strings:
+// no per-connection map, no buffers until a command or a fragmented frame needs one.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fleetlink/messages.hpp"
+#include "fleetlink/token_bucket.hpp"
+#include "keepalive.hpp"
+#include "outbox.hpp"
+
+struct lws;
+
+namespace fleetlink::broker {
+
+enum class ConnPhase : std::uint8_t { awaiting_hello, live, closing };
+
+struct Connection {
+  static constexpr std::uint32_t kMagic = 0xF1EE7C0Au;
+
+  Connection(lws* w, bool plain_listener, double rate, double burst, std::uint64_t now_us,
+             std::uint32_t now_mono_ms, std::uint64_t now_wall_ms)
+      : wsi(w), rate_limit(rate, burst, now_us), established_mono_ms(now_mono_ms),
+        connected_at_ms(now_wall_ms), plain(plain_listener) {}
+
+  std::uint32_t magic = kMagic;
+  lws* wsi;
+  Connection* prev = nullptr;        // every WebSocket connection, for the sweep timer
+  Connection* next = nullptr;
+
+  std::string rig_id;
+  std::string boot_id;
+  std::string agent_version;
+  std::vector<std::string> kinds;
+  StringMap labels;
+
+  Outbox outbox;
+  KeepaliveState keepalive;
+  TokenBucket rate_limit;            // inbound frames per second
+  std::vector<std::uint8_t> rx;      // reassembly of a frame that arrived in pieces
+  std::vector<std::string> cancels;  // cmd_ids to send CANCEL for
+  std::string close_reason;
+
+  std::uint32_t established_mono_ms;
+  std::uint32_t last_seen_mono_ms = 0;
+  std::uint64_t connected_at_ms;     // wall clock
+  std::uint64_t last_seen_wall_ms = 0;
+  std::uint32_t goaway_after_ms = 0;
+  std::uint16_t close_code = 0;
+  ConnPhase phase = ConnPhase::awaiting_hello;
+  bool plain;                        // accepted on the plain ws listener: no cert identity
+  bool registered = false;           // owns the rig's entry in the broker's rig map
+  bool want_ping = false;
+  bool want_welcome = false;
+  bool want_goaway = false;
+};
+
+}  // namespace fleetlink::broker

@@ -1,0 +1,66 @@
+// fleetlink-broker: parse the configuration, run the data plane and the
+// control API on one libuv loop, exit 0 after a drain.
+#include <uv.h>
+
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+
+#include "broker.hpp"
+#include "config.hpp"
+#include "embedded_registry.hpp"
+#include "log.hpp"
+#include "metrics.hpp"
+
+using namespace fleetlink::broker;
+
+int main(int argc, char** argv) {
+  auto parsed = parse_command_line(argc, argv);
+  if (auto* code = std::get_if<int>(&parsed)) return *code;
+  BrokerConfig cfg = std::get<BrokerConfig>(std::move(parsed));
+  set_log_level(cfg.log_level);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  BrokerMetrics metrics;
+  int exit_code = 0;
+  {
+    Broker broker(cfg, &loop, metrics, std::make_unique<EmbeddedRegistry>());
+    auto started = broker.start();
+    if (!started) {
+      FL_ERROR("cannot start: %s", started.error().detail.c_str());
+      broker.shutdown();
+      uv_loop_close(&loop);
+      return 1;
+    }
+    int control_port = cfg.control.port;
+#if defined(FLEETLINK_HAVE_CONTROL_API)
+    if (broker.control_port() > 0) control_port = broker.control_port();
+#endif
+    char line[512];
+    std::snprintf(line, sizeof line, "fleetlink-broker ready control=%s:%d listen=%s:%d%s",
+                  cfg.control.host.c_str(), control_port, cfg.listen.host.c_str(), broker.listen_port(),
+                  cfg.plain_listen.host.empty()
+                      ? ""
+                      : (" plain=" + cfg.plain_listen.host + ":" + std::to_string(broker.plain_port())).c_str());
+    std::fprintf(stdout, "%s\n", line);
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s\n", line);
+    std::fflush(stderr);
+    FL_INFO("broker id=%s strict=%d ping=%ums pong=%ums missed=%u outbox=%u", cfg.broker_id.c_str(),
+            cfg.strict ? 1 : 0, cfg.ping_interval_ms, cfg.pong_timeout_ms, cfg.max_missed_pongs,
+            cfg.outbox_capacity);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    exit_code = broker.exit_code();
+    broker.shutdown();
+  }
+  uv_run(&loop, UV_RUN_NOWAIT);
+  if (uv_loop_close(&loop) != 0) {
+    // lws may still hold a handle it closes late; one more turn, then give up quietly.
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+  }
+  FL_INFO("exit %d", exit_code);
+  return exit_code;
+}
