@@ -3,6 +3,7 @@
 // Prometheus metrics, served by libwebsockets on its own vhost and port.
 //
 // Threading: everything runs on the broker's event-loop thread, like Fleet.
+#include <chrono>
 #include <string>
 
 #include "fleet.hpp"
@@ -18,6 +19,8 @@ struct ControlApiOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                 // 0: pick a free port (read it with lws_get_vhost_listen_port)
   std::string token;               // empty = no auth; else "Authorization: Bearer <token>"
+  // POST /v1/admin/drain without a window uses this (the broker's --drain-window-ms).
+  std::chrono::milliseconds default_drain_window{10000};
 };
 
 // Creates the control vhost on an existing context created with

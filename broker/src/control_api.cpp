@@ -1,0 +1,423 @@
+// libwebsockets glue for the control API: one vhost on its own port whose
+// first protocol answers every HTTP request (no mounts). Requests are turned
+// into HttpRequest, routed by the pure handle_control_request(), and the
+// HttpResponse is written back from the writeable callback. HTTP/1.1
+// keep-alive is kept: each answer has a Content-Length and ends with
+// lws_http_transaction_completed(). GET /v1/events stays open as an SSE
+// stream fed by Fleet::subscribe.
+#include "control_api.hpp"
+
+#include <libwebsockets.h>
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <set>
+#include <vector>
+
+#include "control_json.hpp"
+#include "control_routes.hpp"
+#include "http_message.hpp"
+#include "http_util.hpp"
+#include "sse.hpp"
+
+namespace fleetlink::broker {
+namespace {
+
+constexpr std::size_t kWriteChunk = 64 * 1024;             // bytes per writeable callback
+constexpr std::size_t kHeaderSpace = 2048;                 // status line + headers
+constexpr std::int64_t kHugeBody = 16LL * 1024 * 1024;     // hang up instead of reading it
+constexpr lws_usec_t kSseHeartbeatUs = 15LL * LWS_USEC_PER_SEC;
+constexpr int kKeepAliveIdleSecs = 60;
+
+struct Transaction;
+struct ControlState;
+
+// Every live ControlState, so that a vhost whose creation failed half-way
+// (and may or may not have run PROTOCOL_DESTROY) is freed exactly once.
+std::set<ControlState*>& live_states() {
+  static std::set<ControlState*> states;
+  return states;
+}
+
+// One per control vhost; owned by the vhost (freed at PROTOCOL_DESTROY).
+struct ControlState {
+  ControlApiOptions options;  // options.host's buffer is the vhost's iface string
+  Fleet* fleet = nullptr;
+  BrokerMetrics* metrics = nullptr;
+  bool shut_down = false;
+  std::set<Transaction*> streams;  // open SSE streams
+};
+
+// One HTTP transaction (one request/response, or one SSE stream).
+struct Transaction {
+  ControlState* state = nullptr;
+  lws* wsi = nullptr;
+  HttpRequest request;
+  bool body_too_large = false;
+  // Response bytes (status line + headers + body) not yet written.
+  std::string out;
+  std::size_t out_pos = 0;
+  bool responding = false;
+  bool close_after = false;      // hang up once written (413 and friends)
+  // SSE
+  bool sse = false;
+  bool sse_closing = false;
+  std::uint64_t subscription = 0;
+  bool subscribed = false;
+  std::uint64_t next_event_id = 1;
+  SseQueue queue;
+};
+
+// lws zero-allocates this per transaction; it only holds our pointer.
+struct PerSession {
+  Transaction* tx;
+};
+
+ControlState* state_of(lws* wsi) {
+  lws_vhost* vh = lws_get_vhost(wsi);
+  return vh ? static_cast<ControlState*>(lws_vhost_user(vh)) : nullptr;
+}
+
+std::string header_value(lws* wsi, lws_token_indexes token) {
+  const int len = lws_hdr_total_length(wsi, token);
+  if (len <= 0) return {};
+  std::string value(static_cast<std::size_t>(len) + 1, '\0');
+  const int n = lws_hdr_copy(wsi, value.data(), len + 1, token);
+  value.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+  return value;
+}
+
+// The query string, re-joined from lws's per-argument fragments.
+std::string query_string(lws* wsi) {
+  std::string query;
+  char buf[1024];
+  for (int i = 0; i < 64; ++i) {
+    const int n = lws_hdr_copy_fragment(wsi, buf, sizeof buf, WSI_TOKEN_HTTP_URI_ARGS, i);
+    if (n <= 0) break;
+    if (!query.empty()) query += '&';
+    query.append(buf, static_cast<std::size_t>(n));
+  }
+  return query;
+}
+
+std::string request_method(lws* wsi) {
+  struct MethodToken {
+    lws_token_indexes token;
+    const char* name;
+  };
+  static constexpr MethodToken kMethods[] = {
+      {WSI_TOKEN_GET_URI, "GET"},       {WSI_TOKEN_POST_URI, "POST"},
+      {WSI_TOKEN_PUT_URI, "PUT"},       {WSI_TOKEN_PATCH_URI, "PATCH"},
+      {WSI_TOKEN_DELETE_URI, "DELETE"}, {WSI_TOKEN_OPTIONS_URI, "OPTIONS"},
+      {WSI_TOKEN_HEAD_URI, "HEAD"},
+  };
+  for (const MethodToken& m : kMethods) {
+    if (lws_hdr_total_length(wsi, m.token) > 0) return m.name;
+  }
+  return "UNKNOWN";
+}
+
+bool method_has_body(const std::string& method) {
+  return method == "POST" || method == "PUT" || method == "PATCH";
+}
+
+// Status line and headers into `out`. Returns false if lws refuses (buffer).
+bool render_headers(lws* wsi, const HttpResponse& r, std::size_t content_length, bool sse,
+                    std::string& out) {
+  unsigned char buf[kHeaderSpace];
+  unsigned char* p = buf;
+  unsigned char* end = buf + sizeof buf - 1;
+  const lws_filepos_t len = sse ? LWS_ILLEGAL_HTTP_CONTENT_LEN : content_length;
+  if (lws_add_http_common_headers(wsi, static_cast<unsigned>(r.status), r.content_type.c_str(),
+                                  len, &p, end) != 0) {
+    return false;
+  }
+  auto add = [&](const std::string& name, const std::string& value) {
+    const std::string with_colon = name + ":";
+    return lws_add_http_header_by_name(
+               wsi, reinterpret_cast<const unsigned char*>(with_colon.c_str()),
+               reinterpret_cast<const unsigned char*>(value.data()),
+               static_cast<int>(value.size()), &p, end) == 0;
+  };
+  if (!add("Cache-Control", "no-store")) return false;
+  for (const auto& [name, value] : r.headers) {
+    if (!add(name, value)) return false;
+  }
+  if (lws_finalize_http_header(wsi, &p, end) != 0) return false;
+  out.assign(reinterpret_cast<const char*>(buf), static_cast<std::size_t>(p - buf));
+  return true;
+}
+
+void stop_stream(Transaction* tx) {
+  if (tx->subscribed && tx->state && !tx->state->shut_down && tx->state->fleet) {
+    tx->state->fleet->unsubscribe(tx->subscription);
+  }
+  tx->subscribed = false;
+  if (tx->state) tx->state->streams.erase(tx);
+}
+
+void destroy_transaction(PerSession* pss) {
+  if (pss == nullptr || pss->tx == nullptr) return;
+  Transaction* tx = pss->tx;
+  pss->tx = nullptr;
+  if (tx->sse) stop_stream(tx);
+  delete tx;
+}
+
+int start_event_stream(Transaction* tx, const HttpResponse& r) {
+  HttpResponse headers = r;
+  headers.headers.emplace_back("X-Accel-Buffering", "no");
+  if (!render_headers(tx->wsi, headers, 0, true, tx->out)) return -1;
+  tx->sse = true;
+  tx->out += "retry: 2000\n\n";
+  // An SSE stream outlives a normal transaction: give back the header
+  // table (a bounded pool) and drop any pending transaction timeout.
+  // (lws_http_mark_sse() only does this for h2 in 4.1.6 and logs an error on h1.)
+  lws_http_headers_detach(tx->wsi);
+  lws_set_timeout(tx->wsi, NO_PENDING_TIMEOUT, 0);
+  ControlState* state = tx->state;
+  tx->subscription = state->fleet->subscribe([tx](const FleetEvent& event) {
+    // Runs on the loop thread inside the Fleet; only queue and ask for a write.
+    if (tx->sse_closing) return;
+    if (!tx->queue.push(format_sse_event(event, tx->next_event_id++))) {
+      tx->sse_closing = true;  // a client that does not read is dropped, not buffered forever
+    }
+    lws_callback_on_writable(tx->wsi);
+  });
+  tx->subscribed = true;
+  state->streams.insert(tx);
+  lws_set_timer_usecs(tx->wsi, kSseHeartbeatUs);
+  lws_callback_on_writable(tx->wsi);
+  return 0;
+}
+
+// Routes the complete request and queues the answer.
+int respond(Transaction* tx) {
+  ControlState* state = tx->state;
+  HttpResponse r;
+  if (tx->body_too_large) {
+    r = json_error(413, "payload_too_large",
+                   "request body over " + std::to_string(kMaxControlBodyBytes) + " bytes");
+    tx->close_after = true;
+  } else if (state->shut_down || state->fleet == nullptr) {
+    r = json_error(503, "shutting_down", "the broker is shutting down");
+  } else {
+    r = handle_control_request(tx->request, *state->fleet, *state->metrics, state->options);
+  }
+  tx->responding = true;
+  if (r.event_stream) return start_event_stream(tx, r);
+  if (!render_headers(tx->wsi, r, r.body.size(), false, tx->out)) return -1;
+  tx->out += r.body;
+  lws_callback_on_writable(tx->wsi);
+  return 0;
+}
+
+// Answers at once from LWS_CALLBACK_HTTP and hangs up (a body, if any, is
+// not read). Only for small answers: one write, whatever is not taken now is lost.
+int answer_now_and_close(lws* wsi, HttpResponse r) {
+  if (r.event_stream) r = json_error(400, "bad_request", "an event stream needs GET");
+  r.headers.emplace_back("Connection", "close");
+  std::string out;
+  if (!render_headers(wsi, r, r.body.size(), false, out)) return -1;
+  out += r.body;
+  std::vector<unsigned char> buf(LWS_PRE + out.size());
+  std::memcpy(buf.data() + LWS_PRE, out.data(), out.size());
+  lws_write(wsi, buf.data() + LWS_PRE, out.size(), LWS_WRITE_HTTP_FINAL);
+  return -1;
+}
+
+int write_pending(lws* wsi, Transaction* tx) {
+  if (tx->sse) {
+    if (tx->out_pos >= tx->out.size() && !tx->queue.empty()) {
+      tx->out = tx->queue.pop(kWriteChunk);
+      tx->out_pos = 0;
+    }
+  }
+  if (tx->out_pos < tx->out.size()) {
+    const std::size_t n = std::min(kWriteChunk, tx->out.size() - tx->out_pos);
+    const bool last = !tx->sse && tx->out_pos + n == tx->out.size();
+    std::vector<unsigned char> buf(LWS_PRE + n);
+    std::memcpy(buf.data() + LWS_PRE, tx->out.data() + tx->out_pos, n);
+    const int written = lws_write(wsi, buf.data() + LWS_PRE, n,
+                                  last ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP);
+    if (written < 0 || static_cast<std::size_t>(written) != n) return -1;
+    tx->out_pos += n;
+    if (last) {
+      if (tx->close_after) return -1;
+      // Keep-alive: ready for the next request on this connection. This
+      // rebinds the protocol, which frees `tx` (HTTP_DROP_PROTOCOL).
+      return lws_http_transaction_completed(wsi) ? -1 : 0;
+    }
+  }
+  if (tx->sse) {
+    if (tx->out_pos >= tx->out.size()) {
+      tx->out.clear();
+      tx->out_pos = 0;
+      if (tx->sse_closing) return -1;
+    }
+    if (!tx->queue.empty() || tx->out_pos < tx->out.size()) lws_callback_on_writable(wsi);
+  } else if (tx->out_pos < tx->out.size()) {
+    lws_callback_on_writable(wsi);
+  }
+  return 0;
+}
+
+int callback_control(lws* wsi, lws_callback_reasons reason, void* user, void* in,
+                     std::size_t len) {
+  auto* pss = static_cast<PerSession*>(user);
+  switch (reason) {
+    case LWS_CALLBACK_PROTOCOL_DESTROY: {
+      lws_vhost* vh = lws_get_vhost(wsi);
+      if (vh != nullptr) {
+        auto* state = static_cast<ControlState*>(lws_vhost_user(vh));
+        if (state != nullptr && live_states().erase(state) > 0) delete state;
+      }
+      return 0;
+    }
+
+    case LWS_CALLBACK_HTTP: {
+      if (pss == nullptr) return -1;
+      destroy_transaction(pss);
+      ControlState* state = state_of(wsi);
+      if (state == nullptr) return -1;
+      auto* tx = new (std::nothrow) Transaction();
+      if (tx == nullptr) return -1;
+      pss->tx = tx;
+      tx->state = state;
+      tx->wsi = wsi;
+      tx->request.method = request_method(wsi);
+      tx->request.path.assign(static_cast<const char*>(in), len);
+      tx->request.query = query_string(wsi);
+      if (!state->options.token.empty()) {
+        tx->request.authorization = header_value(wsi, WSI_TOKEN_HTTP_AUTHORIZATION);
+      }
+      if (!method_has_body(tx->request.method)) return respond(tx);
+      const std::string length = header_value(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH);
+      if (length.empty()) {
+        // lws 4.1 would wait for a 100 MB body here. HTTP/1.1 says no
+        // Content-Length and no Transfer-Encoding means no body (curl -X POST),
+        // so route it with an empty body and close; chunked bodies get 411.
+        if (!header_value(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING).empty()) {
+          return answer_now_and_close(
+              wsi, json_error(411, "length_required",
+                              "a request body needs a Content-Length header"));
+        }
+        if (state->shut_down || state->fleet == nullptr) {
+          return answer_now_and_close(
+              wsi, json_error(503, "shutting_down", "the broker is shutting down"));
+        }
+        return answer_now_and_close(
+            wsi, handle_control_request(tx->request, *state->fleet, *state->metrics,
+                                        state->options));
+      }
+      const long long declared = std::atoll(length.c_str());
+      if (declared > kHugeBody || declared < 0) {
+        return answer_now_and_close(
+            wsi, json_error(413, "payload_too_large",
+                            "request body over " + std::to_string(kMaxControlBodyBytes) +
+                                " bytes"));
+      }
+      // lws now delivers the body (HTTP_BODY ... HTTP_BODY_COMPLETION),
+      // also for an explicit Content-Length: 0.
+      return 0;
+    }
+
+    case LWS_CALLBACK_HTTP_BODY: {
+      if (pss == nullptr || pss->tx == nullptr) return -1;
+      Transaction* tx = pss->tx;
+      if (tx->request.body.size() + len > kMaxControlBodyBytes) {
+        tx->body_too_large = true;  // keep reading (and dropping) so the answer is a clean 413
+        tx->request.body.clear();
+      } else if (!tx->body_too_large && len > 0) {
+        tx->request.body.append(static_cast<const char*>(in), len);
+      }
+      return 0;
+    }
+
+    case LWS_CALLBACK_HTTP_BODY_COMPLETION:
+      if (pss == nullptr || pss->tx == nullptr) return -1;
+      return respond(pss->tx);
+
+    case LWS_CALLBACK_HTTP_WRITEABLE:
+      if (pss == nullptr || pss->tx == nullptr || !pss->tx->responding) return 0;
+      return write_pending(wsi, pss->tx);
+
+    case LWS_CALLBACK_TIMER:
+      // SSE heartbeat: a comment line keeps idle proxies and clients honest.
+      if (pss != nullptr && pss->tx != nullptr && pss->tx->sse) {
+        pss->tx->queue.push(std::string(kSseHeartbeat));
+        lws_callback_on_writable(wsi);
+        lws_set_timer_usecs(wsi, kSseHeartbeatUs);
+      }
+      return 0;
+
+    case LWS_CALLBACK_HTTP_DROP_PROTOCOL:
+    case LWS_CALLBACK_CLOSED_HTTP:
+      destroy_transaction(pss);
+      return 0;
+
+    default:
+      break;
+  }
+  return lws_callback_http_dummy(wsi, reason, user, in, len);
+}
+
+const lws_protocols kProtocols[] = {
+    {"fleetlink-control", callback_control, sizeof(PerSession), 0, 0, nullptr, 0},
+    {nullptr, nullptr, 0, 0, 0, nullptr, 0},
+};
+
+}  // namespace
+
+fleetlink::Expected<lws_vhost*> create_control_vhost(lws_context* context,
+                                                     const ControlApiOptions& options,
+                                                     Fleet& fleet, BrokerMetrics& metrics) {
+  if (context == nullptr) return make_error(Errc::invalid_argument, "no lws context");
+  if (options.port < 0 || options.port > 65535) {
+    return make_error(Errc::invalid_argument,
+                      "control port out of range: " + std::to_string(options.port));
+  }
+  auto* state = new (std::nothrow) ControlState();
+  if (state == nullptr) return make_error(Errc::io, "out of memory");
+  state->options = options;
+  state->fleet = &fleet;
+  state->metrics = &metrics;
+  live_states().insert(state);
+
+  lws_context_creation_info info;
+  std::memset(&info, 0, sizeof info);
+  info.vhost_name = "fleetlink-control";
+  info.port = options.port;  // 0: lws picks one (lws_get_vhost_listen_port)
+  info.iface = state->options.host.empty() ? nullptr : state->options.host.c_str();
+  info.protocols = kProtocols;
+  info.user = state;
+  info.keepalive_timeout = kKeepAliveIdleSecs;
+  info.timeout_secs = 10;
+
+  lws_vhost* vhost = lws_create_vhost(context, &info);
+  if (vhost == nullptr) {
+    if (live_states().erase(state) > 0) delete state;
+    return make_error(Errc::io, "cannot listen for the control API on " + options.host + ":" +
+                                    std::to_string(options.port));
+  }
+  return vhost;
+}
+
+void shutdown_control_api(lws_vhost* vhost) {
+  if (vhost == nullptr) return;
+  auto* state = static_cast<ControlState*>(lws_vhost_user(vhost));
+  if (state == nullptr || live_states().count(state) == 0 || state->shut_down) return;
+  // Unsubscribe first, while the Fleet is certainly alive; then ask each
+  // stream's socket to close from its own writeable callback.
+  for (Transaction* tx : state->streams) {
+    if (tx->subscribed) state->fleet->unsubscribe(tx->subscription);
+    tx->subscribed = false;
+    tx->sse_closing = true;
+    lws_callback_on_writable(tx->wsi);
+  }
+  state->shut_down = true;
+  state->fleet = nullptr;
+}
+
+}  // namespace fleetlink::broker

@@ -1,0 +1,260 @@
+#include "control_routes.hpp"
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "control_json.hpp"
+#include "control_process_stats.hpp"
+#include "dashboard.hpp"
+#include "http_util.hpp"
+
+namespace fleetlink::broker {
+
+using json = nlohmann::ordered_json;
+
+HttpResponse json_error(int status, std::string_view code, std::string_view detail) {
+  HttpResponse r;
+  r.status = status;
+  r.body = dump_json(error_body(code, detail));
+  return r;
+}
+
+namespace {
+
+constexpr std::uint64_t kMaxDrainWindowMs = 24ULL * 3600 * 1000;
+
+HttpResponse json_response(int status, const json& body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = dump_json(body);
+  return r;
+}
+
+HttpResponse method_not_allowed(std::string_view allow) {
+  HttpResponse r = json_error(405, "method_not_allowed", "allowed: " + std::string(allow));
+  r.headers.emplace_back("Allow", std::string(allow));
+  return r;
+}
+
+HttpResponse not_found(std::string_view path) {
+  return json_error(404, "not_found", "no such endpoint: " + std::string(path));
+}
+
+// Parses a request body that must be a JSON object (an empty body is `{}`
+// when allow_empty). On failure, `error` is the 400 answer.
+std::optional<json> parse_object_body(const HttpRequest& req, bool allow_empty,
+                                      HttpResponse& error) {
+  if (req.body.find_first_not_of(" \t\r\n") == std::string::npos) {
+    if (allow_empty) return json::object();
+    error = json_error(400, "bad_request", "request body is empty; expected a JSON object");
+    return std::nullopt;
+  }
+  json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) {
+    error = json_error(400, "bad_request", "request body is not valid JSON");
+    return std::nullopt;
+  }
+  if (!body.is_object()) {
+    error = json_error(400, "bad_request", "request body must be a JSON object");
+    return std::nullopt;
+  }
+  return body;
+}
+
+// args values are strings; numbers and booleans are accepted and turned into
+// their JSON text so `{"lines": 50}` works from a shell.
+bool json_to_string_map(const json& args, StringMap& out, std::string& detail) {
+  if (args.is_null()) return true;
+  if (!args.is_object()) {
+    detail = "\"args\" must be an object of strings";
+    return false;
+  }
+  for (const auto& [key, value] : args.items()) {
+    if (value.is_string()) {
+      out[key] = value.get<std::string>();
+    } else if (value.is_number() || value.is_boolean()) {
+      out[key] = value.dump();
+    } else {
+      detail = "\"args." + key + "\" must be a string";
+      return false;
+    }
+  }
+  return true;
+}
+
+HttpResponse post_command(const HttpRequest& req, Fleet& fleet, const std::string& rig_id) {
+  HttpResponse error;
+  const std::optional<json> body = parse_object_body(req, false, error);
+  if (!body) return error;
+  const auto kind_it = body->find("kind");
+  if (kind_it == body->end() || !kind_it->is_string() || kind_it->get<std::string>().empty()) {
+    return json_error(400, "bad_request", "\"kind\" is required and must be a non-empty string");
+  }
+  StringMap args;
+  std::string detail;
+  const auto args_it = body->find("args");
+  if (args_it != body->end() && !json_to_string_map(*args_it, args, detail)) {
+    return json_error(400, "bad_request", detail);
+  }
+  EnqueueOutcome outcome = fleet.enqueue(rig_id, kind_it->get<std::string>(), std::move(args));
+  if (const auto* ok = std::get_if<EnqueueOk>(&outcome)) {
+    return json_response(202, enqueue_ok_json(*ok));
+  }
+  const auto& failure = std::get<EnqueueFailure>(outcome);
+  HttpResponse r = json_response(enqueue_failure_status(failure.error),
+                                 enqueue_failure_json(failure));
+  if (failure.error == EnqueueError::draining) r.headers.emplace_back("Retry-After", "5");
+  return r;
+}
+
+HttpResponse post_drain(const HttpRequest& req, Fleet& fleet, const ControlApiOptions& options) {
+  HttpResponse error;
+  const std::optional<json> body = parse_object_body(req, true, error);
+  if (!body) return error;
+  std::uint64_t window_ms = static_cast<std::uint64_t>(options.default_drain_window.count());
+  const auto it = body->find("window_ms");
+  if (it != body->end() && !it->is_null()) {
+    if (!it->is_number_unsigned() || it->get<std::uint64_t>() > kMaxDrainWindowMs) {
+      return json_error(400, "bad_request",
+                        "\"window_ms\" must be a non-negative integer (at most 86400000)");
+    }
+    window_ms = it->get<std::uint64_t>();
+  }
+  if (!fleet.draining()) fleet.start_drain(std::chrono::milliseconds(window_ms));
+  return json_response(202, json{{"draining", true}, {"window_ms", window_ms}});
+}
+
+HttpResponse metrics_page(const BrokerMetrics& metrics) {
+  HttpResponse r;
+  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  r.body = metrics.render_prometheus(read_process_gauges());
+  return r;
+}
+
+HttpResponse route(const HttpRequest& req, Fleet& fleet, const BrokerMetrics& metrics,
+                   const ControlApiOptions& options, std::uint64_t now_ms) {
+  const std::vector<std::string> seg = split_path(req.path);
+  const std::string& m = req.method;
+  const bool get = m == "GET" || m == "HEAD";
+  const bool post = m == "POST";
+
+  if (seg.empty() || (seg.size() == 1 && (seg[0] == "index.html" || seg[0] == "dashboard"))) {
+    if (!get) return method_not_allowed("GET");
+    HttpResponse r;
+    r.content_type = "text/html; charset=utf-8";
+    r.body = std::string(dashboard_html());
+    return r;
+  }
+  if (seg.size() == 1 && seg[0] == "healthz") {
+    if (!get) return method_not_allowed("GET");
+    HttpResponse r;
+    r.content_type = "text/plain; charset=utf-8";
+    r.body = "ok";
+    return r;
+  }
+  if (seg.size() == 1 && seg[0] == "readyz") {
+    if (!get) return method_not_allowed("GET");
+    // A draining broker is not ready either: load balancers stop sending to it.
+    const bool ready = fleet.ready() && !fleet.draining();
+    json body{{"ready", ready}};
+    return json_response(ready ? 200 : 503, body);
+  }
+  if (seg.size() == 1 && seg[0] == "metrics") {
+    if (!get) return method_not_allowed("GET");
+    return metrics_page(metrics);
+  }
+  if (seg.size() < 2 || seg[0] != "v1") return not_found(req.path);
+
+  const std::string& collection = seg[1];
+  if (collection == "rigs") {
+    if (seg.size() == 2) {
+      if (!get) return method_not_allowed("GET");
+      json list = json::array();
+      for (const RigView& rig : fleet.rigs()) list.push_back(rig_json(rig, now_ms, false));
+      return json_response(200, json{{"rigs", std::move(list)}});
+    }
+    const std::string& rig_id = seg[2];
+    if (seg.size() == 3) {
+      if (!get) return method_not_allowed("GET");
+      const std::optional<RigView> rig = fleet.rig(rig_id);
+      if (!rig) {
+        return json_response(404, json{{"error", "unknown_rig"},
+                                       {"rig_id", rig_id},
+                                       {"detail", "no live connection for rig " + rig_id}});
+      }
+      return json_response(200, rig_json(*rig, now_ms, true));
+    }
+    if (seg.size() == 4 && seg[3] == "commands") {
+      if (!post) return method_not_allowed("POST");
+      return post_command(req, fleet, rig_id);
+    }
+    if (seg.size() == 4 && seg[3] == "reconnect") {
+      if (!post) return method_not_allowed("POST");
+      if (!fleet.force_reconnect(rig_id)) {
+        return json_response(404, json{{"error", "unknown_rig"},
+                                       {"rig_id", rig_id},
+                                       {"detail", "no live connection for rig " + rig_id}});
+      }
+      return json_response(200, json{{"rig_id", rig_id}, {"closed", true}});
+    }
+    return not_found(req.path);
+  }
+  if (collection == "commands" && seg.size() == 3) {
+    if (!get) return method_not_allowed("GET");
+    const std::optional<CommandView> cmd = fleet.command(seg[2]);
+    if (!cmd) {
+      return json_response(404, json{{"error", "unknown_command"},
+                                     {"cmd_id", seg[2]},
+                                     {"detail", "no such command (never sent, or expired from "
+                                                "the command history)"}});
+    }
+    return json_response(200, command_json(*cmd));
+  }
+  if (collection == "admin" && seg.size() == 3 && seg[2] == "drain") {
+    if (!post) return method_not_allowed("POST");
+    return post_drain(req, fleet, options);
+  }
+  if (collection == "events" && seg.size() == 2) {
+    if (m != "GET") return method_not_allowed("GET");
+    HttpResponse r;
+    r.content_type = "text/event-stream";
+    r.event_stream = true;
+    return r;
+  }
+  return not_found(req.path);
+}
+
+// Paths a probe or a browser may reach without the token: liveness,
+// readiness, and the dashboard's static page (its data calls carry the token).
+bool open_without_token(const HttpRequest& req) {
+  const std::vector<std::string> seg = split_path(req.path);
+  if (seg.empty()) return true;
+  return seg.size() == 1 &&
+         (seg[0] == "healthz" || seg[0] == "readyz" || seg[0] == "index.html" ||
+          seg[0] == "dashboard");
+}
+
+}  // namespace
+
+HttpResponse handle_control_request(const HttpRequest& req, Fleet& fleet,
+                                    const BrokerMetrics& metrics,
+                                    const ControlApiOptions& options, std::uint64_t now_ms) {
+  if (!options.token.empty() && !open_without_token(req) &&
+      !bearer_token_matches(req.authorization, options.token)) {
+    HttpResponse r = json_error(401, "unauthorized", "missing or wrong bearer token");
+    r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"fleetlink\"");
+    return r;
+  }
+  HttpResponse r = route(req, fleet, metrics, options, now_ms);
+  if (req.method == "HEAD") r.body.clear();
+  return r;
+}
+
+HttpResponse handle_control_request(const HttpRequest& req, Fleet& fleet,
+                                    const BrokerMetrics& metrics,
+                                    const ControlApiOptions& options) {
+  return handle_control_request(req, fleet, metrics, options, unix_now_ms());
+}
+
+}  // namespace fleetlink::broker

@@ -1,0 +1,26 @@
+#pragma once
+// The control API's routing: method + path -> handler -> status + body.
+// Pure apart from the Fleet it is given (and /proc for /metrics), so it is
+// unit-tested with a fake Fleet and no sockets.
+#include <cstdint>
+
+#include "control_api.hpp"
+#include "fleet.hpp"
+#include "http_message.hpp"
+#include "metrics.hpp"
+
+namespace fleetlink::broker {
+
+HttpResponse handle_control_request(const HttpRequest& request, Fleet& fleet,
+                                    const BrokerMetrics& metrics,
+                                    const ControlApiOptions& options, std::uint64_t now_ms);
+
+// As above with the system clock.
+HttpResponse handle_control_request(const HttpRequest& request, Fleet& fleet,
+                                    const BrokerMetrics& metrics,
+                                    const ControlApiOptions& options);
+
+// A JSON error response {"error":code,"detail":detail}.
+HttpResponse json_error(int status, std::string_view code, std::string_view detail);
+
+}  // namespace fleetlink::broker

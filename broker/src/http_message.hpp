@@ -1,0 +1,32 @@
+#pragma once
+// One HTTP request and its answer, as the control API's pure routing layer
+// sees them: no sockets, no libwebsockets. control_api.cpp fills HttpRequest
+// from lws and writes HttpResponse back.
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace fleetlink::broker {
+
+struct HttpRequest {
+  std::string method;          // "GET", "POST", ... (upper case)
+  std::string path;            // "/v1/rigs/rig-1", without the query string
+  std::string query;           // raw "a=1&b=2", may be empty
+  std::string authorization;   // the Authorization header's value, may be empty
+  std::string body;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // extra headers ("Allow", "Retry-After")
+  // GET /v1/events: the transport keeps the connection open and streams
+  // Server-Sent Events after these headers (body is ignored).
+  bool event_stream = false;
+};
+
+// Largest request body the control API reads; more is answered 413.
+inline constexpr std::size_t kMaxControlBodyBytes = 64 * 1024;
+
+}  // namespace fleetlink::broker

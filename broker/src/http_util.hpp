@@ -1,0 +1,28 @@
+#pragma once
+// Small pure helpers for the control API's HTTP layer.
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fleetlink::broker {
+
+// "/v1/rigs/rig-1/commands" -> {"v1","rigs","rig-1","commands"}; empty
+// segments (double or trailing slashes) are dropped; each segment is
+// percent-decoded.
+std::vector<std::string> split_path(std::string_view path);
+
+// Percent-decoding ("%2F" -> "/", "+" kept as is). Invalid escapes are kept verbatim.
+std::string percent_decode(std::string_view s);
+
+// "a=1&b=x%20y" -> {{"a","1"},{"b","x y"}} ("+" means a space in a query).
+std::map<std::string, std::string> parse_query(std::string_view query);
+
+// True when `authorization` is "Bearer <token>" (scheme case-insensitive),
+// compared in constant time with respect to the token's content.
+bool bearer_token_matches(std::string_view authorization, std::string_view token) noexcept;
+
+// The standard reason phrase ("Not Found"), "Unknown" otherwise.
+const char* http_reason_phrase(int status) noexcept;
+
+}  // namespace fleetlink::broker
