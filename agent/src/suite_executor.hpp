@@ -1,0 +1,31 @@
+#pragma once
+// Command kind "suite": args {"suite": "<id>"} runs the configured suite as its
+// own process group, streams its output, reports its exit code or signal, kills
+// the group on timeout (TERM, then KILL after the grace period) and on cancel.
+#include <memory>
+#include <string_view>
+
+#include "fleetlink/executor.hpp"
+#include "process_jobs.hpp"
+#include "suite_config.hpp"
+
+namespace fleetlink::agent {
+
+class SuiteExecutor final : public Executor {
+ public:
+  explicit SuiteExecutor(SuiteTable suites);
+  ~SuiteExecutor() override = default;  // ProcessJobs cancels and waits for running suites
+
+  std::string_view kind() const override { return "suite"; }
+  void start(const CommandContext& ctx, std::shared_ptr<Reporter> reporter) override;
+  void cancel(std::string_view cmd_id) override;
+
+  const SuiteTable& suites() const noexcept { return suites_; }
+  std::size_t running() const { return jobs_.running(); }
+
+ private:
+  SuiteTable suites_;
+  ProcessJobs jobs_;  // last member: destroyed (and joined) first
+};
+
+}  // namespace fleetlink::agent
