@@ -1,0 +1,462 @@
+"""Packaging: cpack turns the build tree into the four Debian packages (and the
+RPMs when rpmbuild is installed), and what is inside them is what an operator
+installs: binaries, the shared library with its SONAME links, headers and CMake
+/pkg-config files, systemd units, default configs marked as conffiles, maintainer
+scripts, and the dependencies that dpkg-shlibdeps cannot see (the libwebsockets
+libuv plugin).
+
+The default configs are also checked against the real programs: every option a
+daemon's --help lists is documented in its config file and every key documented
+there is a real option; with all of them uncommented the packaged broker starts
+and the packaged agent's --check-config passes.
+
+Nothing is installed on this machine: packages are built into a temporary
+directory and unpacked there with dpkg-deb -x.
+"""
+import glob
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+import unittest
+
+import harness
+
+BUILD_DIR = harness.BUILD_DIR
+SOURCE_DIR = harness.SOURCE_DIR
+CPACK_CONFIG = os.path.join(BUILD_DIR, "CPackConfig.cmake")
+
+PACKAGES = ("libfleetlink", "libfleetlink-dev", "fleetlink-agent", "fleetlink-broker")
+LWS_DEPENDS = ("libwebsockets17", "libwebsockets-evlib-uv")
+# Options that are not settings, so the config files do not list them.
+NOT_CONFIG_KEYS = {"help", "config", "version", "check-config"}
+
+
+def run(argv, timeout=240, check=True, **kw):
+    p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
+                       text=True, **kw)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{' '.join(argv)} exited {p.returncode}:\n{p.stdout[-6000:]}")
+    return p.stdout
+
+
+def project_version():
+    with open(os.path.join(SOURCE_DIR, "CMakeLists.txt")) as f:
+        m = re.search(r"project\(fleetlink\s+VERSION\s+([0-9.]+)", f.read())
+    return m.group(1)
+
+
+def deb_depends(field):
+    """'a (>= 1), b | c' -> {'a': '(>= 1)', 'b': '', 'c': ''}"""
+    out = {}
+    for alt in re.split(r"[,|]", field):
+        alt = alt.strip()
+        if alt:
+            name, _, rest = alt.partition(" ")
+            out[name] = rest.strip()
+    return out
+
+
+def parse_unit(path):
+    """systemd unit -> {section: {key: [values...]}} (keys may repeat)."""
+    units, section = {}, None
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line[0] in "#;":
+                continue
+            if line.startswith("["):
+                section = units.setdefault(line.strip("[]"), {})
+                continue
+            key, _, value = line.partition("=")
+            section.setdefault(key.strip(), []).append(value.strip())
+    return units
+
+
+def seconds(text):
+    m = re.fullmatch(r"(\d+)\s*(ms|s|min)?", text)
+    n, unit = int(m.group(1)), m.group(2) or "s"
+    return n / 1000 if unit == "ms" else n * 60 if unit == "min" else n
+
+
+def documented_options(conf_path):
+    """Keys shown in a config file, commented ('# key = value') or set ('key = value')."""
+    keys = {}
+    with open(conf_path) as f:
+        for line in f:
+            m = re.match(r"^(?:# )?([a-z][a-z0-9-]*) =(?: (.*))?$", line.rstrip("\n"))
+            if m:
+                keys.setdefault(m.group(1), []).append(m.group(2) or "")
+    return keys
+
+
+def help_options(program, env):
+    text = run([program, "--help"], timeout=30, env=env)
+    return set(re.findall(r"--([a-z][a-z0-9-]*)", text)) - NOT_CONFIG_KEYS
+
+
+def write_uncommented(conf_path, out_path, replace):
+    """Copy a config with every '# key = value' option line uncommented; values of
+    keys in `replace` are substituted (a list value writes the key once per item)."""
+    written = set()
+    with open(conf_path) as f, open(out_path, "w") as out:
+        for line in f:
+            m = re.match(r"^(?:# )?([a-z][a-z0-9-]*) = (.+)$", line.rstrip("\n"))
+            if not m:
+                out.write(line)
+                continue
+            key, value = m.group(1), m.group(2)
+            if key in replace:
+                if key in written:
+                    continue
+                written.add(key)
+                values = replace[key] if isinstance(replace[key], list) else [replace[key]]
+                for v in values:
+                    out.write(f"{key} = {v}\n")
+            else:
+                out.write(f"{key} = {value}\n")
+        for key, v in replace.items():
+            if key not in written:
+                for item in (v if isinstance(v, list) else [v]):
+                    out.write(f"{key} = {item}\n")
+
+
+@unittest.skipUnless(shutil.which("cpack") and shutil.which("dpkg-deb"), "cpack/dpkg-deb missing")
+@unittest.skipUnless(os.path.isfile(CPACK_CONFIG), f"no {CPACK_CONFIG} (configure the build first)")
+class DebianPackages(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="fleetlink-pkg-")
+        out_dir = os.path.join(cls.tmp, "deb")
+        cls.cpack_log = run(["cpack", "--config", CPACK_CONFIG, "-G", "DEB", "-B", out_dir])
+        cls.version = project_version()
+        cls.debs, cls.fields, cls.files, cls.control = {}, {}, {}, {}
+        cls.root = os.path.join(cls.tmp, "root")
+        for deb in glob.glob(os.path.join(out_dir, "*.deb")):
+            name = run(["dpkg-deb", "-f", deb, "Package"]).strip()
+            cls.debs[name] = deb
+            info = run(["dpkg-deb", "-f", deb])
+            fields, last = {}, None
+            for line in info.splitlines():
+                if line.startswith(" ") and last:
+                    fields[last] += "\n" + line
+                else:
+                    last, _, value = line.partition(":")
+                    fields[last] = value.strip()
+            cls.fields[name] = fields
+            listing = {}
+            for line in run(["dpkg-deb", "-c", deb]).splitlines():
+                # drwxr-xr-x root/root 0 2026-11-29 20:38 ./usr/lib/x -> y
+                parts = line.split(None, 5)
+                path, _, target = parts[5].partition(" -> ")
+                listing[path.lstrip(".").rstrip("/") or "/"] = (parts[0], parts[1], target)
+            cls.files[name] = listing
+            ctl = os.path.join(cls.tmp, "control", name)
+            run(["dpkg-deb", "-e", deb, ctl])
+            cls.control[name] = ctl
+            run(["dpkg-deb", "-x", deb, cls.root])
+        # Packaged programs find the packaged libfleetlink through LD_LIBRARY_PATH.
+        libdirs = sorted({os.path.dirname(p) for p in
+                          glob.glob(os.path.join(cls.root, "usr", "lib*", "**", "libfleetlink.so*"),
+                                    recursive=True)})
+        cls.env = dict(os.environ, LD_LIBRARY_PATH=":".join(libdirs))
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    # ---- helpers ---------------------------------------------------------------
+    def listing(self, package):
+        self.assertIn(package, self.files, f"package {package} not built:\n{self.cpack_log[-3000:]}")
+        return self.files[package]
+
+    def assert_has(self, package, path, kind="-"):
+        files = self.listing(package)
+        self.assertIn(path, files, f"{package} lacks {path}; it has:\n" + "\n".join(sorted(files)))
+        self.assertEqual(files[path][0][0], kind, f"{path} in {package}: {files[path]}")
+        return files[path]
+
+    def find(self, package, pattern):
+        rx = re.compile(pattern)
+        return sorted(p for p in self.listing(package) if rx.search(p))
+
+    def depends(self, package):
+        return deb_depends(self.fields[package].get("Depends", ""))
+
+    def control_file(self, package, name):
+        path = os.path.join(self.control[package], name)
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            return f.read()
+
+    def packaged(self, relpath):
+        return os.path.join(self.root, relpath.lstrip("/"))
+
+    # ---- the set of packages ---------------------------------------------------
+    def test_four_packages_with_the_project_version(self):
+        self.assertEqual(sorted(self.debs), sorted(PACKAGES), self.cpack_log[-3000:])
+        for name, fields in self.fields.items():
+            self.assertTrue(fields["Version"].startswith(self.version + "-"), (name, fields["Version"]))
+            self.assertTrue(fields.get("Maintainer"), name)
+            synopsis = fields["Description"].splitlines()[0]
+            self.assertIn("fleetlink", synopsis, name)
+            self.assertTrue(os.path.basename(self.debs[name]).startswith(f"{name}_{self.version}-"))
+
+    # ---- libfleetlink ----------------------------------------------------------
+    def test_library_package_has_the_soname_chain(self):
+        real = self.find("libfleetlink", r"/libfleetlink\.so\.\d+\.\d+\.\d+$")
+        self.assertEqual(len(real), 1, self.listing("libfleetlink"))
+        self.assert_has("libfleetlink", real[0], "-")
+        major = re.search(r"\.so\.(\d+)\.", real[0]).group(1)
+        soname_link = os.path.join(os.path.dirname(real[0]), f"libfleetlink.so.{major}")
+        _, _, target = self.assert_has("libfleetlink", soname_link, "l")
+        self.assertEqual(target, os.path.basename(real[0]))
+        # The SONAME inside the ELF file is the link's name.
+        dyn = run(["objdump", "-p", self.packaged(real[0])]) if shutil.which("objdump") else ""
+        if dyn:
+            self.assertRegex(dyn, rf"SONAME\s+libfleetlink\.so\.{major}\b")
+        # The bare .so (for linking) belongs to the -dev package only.
+        self.assertFalse(self.find("libfleetlink", r"/libfleetlink\.so$"))
+        self.assertFalse(self.find("libfleetlink", r"^/usr/include"))
+        shlibs = self.control_file("libfleetlink", "shlibs") or ""
+        self.assertRegex(shlibs, rf"^libfleetlink {major} libfleetlink ")
+        self.assertIn("ldconfig", self.control_file("libfleetlink", "postinst") or "")
+
+    def test_library_depends_on_libwebsockets_and_its_libuv_plugin(self):
+        deps = self.depends("libfleetlink")
+        for name in LWS_DEPENDS:
+            self.assertIn(name, deps, self.fields["libfleetlink"]["Depends"])
+        for name in ("libssl3", "libuuid1", "libc6"):  # from dpkg-shlibdeps
+            self.assertIn(name, deps, self.fields["libfleetlink"]["Depends"])
+
+    # ---- libfleetlink-dev ------------------------------------------------------
+    def test_dev_package_has_headers_namelink_cmake_and_pkgconfig(self):
+        links = self.find("libfleetlink-dev", r"/libfleetlink\.so$")
+        self.assertEqual(len(links), 1, self.listing("libfleetlink-dev"))
+        _, _, target = self.assert_has("libfleetlink-dev", links[0], "l")
+        self.assertRegex(target, r"^libfleetlink\.so\.\d+$")
+        for header in ("messages.hpp", "codec.hpp", "executor.hpp", "expected.hpp", "version.hpp"):
+            self.assert_has("libfleetlink-dev", f"/usr/include/fleetlink/{header}")
+        self.assertTrue(self.find("libfleetlink-dev", r"/cmake/fleetlink/fleetlink(-config|Config)\.cmake$"),
+                        "no CMake package config in libfleetlink-dev")
+        pcs = self.find("libfleetlink-dev", r"/pkgconfig/fleetlink\.pc$")
+        self.assertTrue(pcs, "no fleetlink.pc in libfleetlink-dev")
+        with open(self.packaged(pcs[0])) as f:
+            pc = f.read()
+        self.assertNotIn("/usr/local", pc, "the packaged .pc points outside the package's /usr")
+        self.assertEqual(self.depends("libfleetlink-dev").get("libfleetlink"), f"(= {self.fields['libfleetlink']['Version']})")
+
+    # ---- fleetlink-agent -------------------------------------------------------
+    def test_agent_package_contents(self):
+        self.assert_has("fleetlink-agent", "/usr/bin/fleetlink-agent")
+        self.assert_has("fleetlink-agent", "/usr/lib/systemd/system/fleetlink-agent.service")
+        for conf in ("agent.conf", "suites.json"):
+            mode, owner, _ = self.assert_has("fleetlink-agent", f"/etc/fleetlink/{conf}")
+            self.assertEqual(mode, "-rw-r-----", conf)
+            self.assertEqual(owner, "root/root", conf)
+        self.assertFalse(self.find("fleetlink-agent", r"fleetlink-broker|fleetctl|libfleetlink\.so"))
+        self.assertEqual(sorted((self.control_file("fleetlink-agent", "conffiles") or "").split()),
+                         ["/etc/fleetlink/agent.conf", "/etc/fleetlink/suites.json"])
+
+    def test_broker_package_contents(self):
+        for prog in ("fleetlink-broker", "fleetctl", "fleetlink-lab-ca"):
+            mode, _, _ = self.assert_has("fleetlink-broker", f"/usr/bin/{prog}")
+            self.assertEqual(mode, "-rwxr-xr-x", prog)
+        self.assert_has("fleetlink-broker", "/usr/lib/systemd/system/fleetlink-broker.service")
+        self.assert_has("fleetlink-broker", "/etc/fleetlink/broker.conf")
+        self.assertFalse(self.find("fleetlink-broker", r"fleetlink-agent|libfleetlink\.so"))
+        self.assertEqual((self.control_file("fleetlink-broker", "conffiles") or "").split(),
+                         ["/etc/fleetlink/broker.conf"])
+
+    def test_daemon_dependencies(self):
+        lib_version = self.fields["libfleetlink"]["Version"]
+        for pkg in ("fleetlink-agent", "fleetlink-broker"):
+            deps = self.depends(pkg)
+            field = self.fields[pkg]["Depends"]
+            self.assertEqual(deps.get("libfleetlink"), f"(= {lib_version})", field)
+            for name in LWS_DEPENDS + ("adduser", "libc6"):
+                self.assertIn(name, deps, f"{pkg}: {field}")
+        self.assertIn("openssl", self.depends("fleetlink-broker"))  # fleetlink-lab-ca
+
+    # ---- maintainer scripts ----------------------------------------------------
+    def test_maintainer_scripts(self):
+        for pkg in ("fleetlink-agent", "fleetlink-broker"):
+            for script in ("postinst", "prerm", "postrm"):
+                path = os.path.join(self.control[pkg], script)
+                self.assertTrue(os.path.isfile(path), f"{pkg} has no {script}")
+                self.assertTrue(os.stat(path).st_mode & stat.S_IXUSR, f"{pkg} {script} not executable")
+                run(["sh", "-n", path])
+            postinst = self.control_file(pkg, "postinst")
+            self.assertRegex(postinst, r"adduser --system[^\n]*--group")
+            self.assertIn("/var/lib/fleetlink", postinst)
+            self.assertRegex(postinst, r"install -d -m 0750[^\n]*/var/lib/fleetlink|\$statedir")
+            self.assertIn("daemon-reload", postinst)
+            self.assertIn("/etc/fleetlink", postinst)
+            # Never enables or starts a service on install (only try-restart on upgrade).
+            self.assertNotRegex(postinst, r"(?m)^\s*(systemctl|deb-systemd-invoke)\s+(--\S+\s+)*(enable|start)\b")
+            self.assertNotRegex(postinst, r"(?m)^\s*deb-systemd-helper\s+enable")
+            self.assertIn("systemctl stop", self.control_file(pkg, "prerm"))
+
+    # ---- systemd units ---------------------------------------------------------
+    def unit(self, name):
+        path = self.packaged(f"/usr/lib/systemd/system/{name}.service")
+        self.assertTrue(os.path.isfile(path), path)
+        return path, parse_unit(path)
+
+    def test_broker_unit(self):
+        path, unit = self.unit("fleetlink-broker")
+        svc = unit["Service"]
+        self.assertEqual(svc["Type"], ["simple"])
+        self.assertEqual(svc["User"], ["fleetlink"])
+        self.assertEqual(svc["Restart"], ["on-failure"])
+        self.assertIn("RestartSec", svc)
+        self.assertEqual(svc["LimitNOFILE"], ["65536"])
+        self.assertEqual(svc["KillSignal"], ["SIGTERM"])
+        # Longer than the default drain deadline (window 10 s + 5 s).
+        self.assertGreater(seconds(svc["TimeoutStopSec"][0]), 15)
+        self.assertNotIn("ExecReload", svc)
+        self.assertEqual(svc["ExecStart"], ["/usr/bin/fleetlink-broker --config /etc/fleetlink/broker.conf"])
+        self.assertEqual(svc.get("NoNewPrivileges"), ["yes"])
+        self.assertEqual(unit["Install"]["WantedBy"], ["multi-user.target"])
+        self.verify_unit(path)
+
+    def test_agent_unit(self):
+        path, unit = self.unit("fleetlink-agent")
+        svc = unit["Service"]
+        self.assertEqual(svc["Type"], ["simple"])
+        self.assertIn(svc.get("User", ["root"]), (["root"],))  # reboots the rig, switches users
+        self.assertEqual(svc["Restart"], ["on-failure"])
+        self.assertIn("RestartSec", svc)
+        # Inherited by every suite the agent starts: must not be set (see the unit's comments).
+        for forbidden in ("NoNewPrivileges", "ProtectSystem", "PrivateTmp", "ProtectHome",
+                          "PrivateDevices", "ProtectKernelLogs"):
+            self.assertNotIn(forbidden, svc, forbidden)
+        self.assertEqual(svc["ExecStart"], ["/usr/bin/fleetlink-agent --config /etc/fleetlink/agent.conf"])
+        self.verify_unit(path)
+
+    def verify_unit(self, path):
+        """systemd-analyze verify, with ExecStart pointing at the unpacked binary."""
+        if not shutil.which("systemd-analyze"):
+            return
+        d = tempfile.mkdtemp(dir=self.tmp)
+        with open(path) as f:
+            text = f.read()
+        text = re.sub(r"ExecStart=/usr/bin/(\S+)", lambda m: "ExecStart=" + self.packaged("/usr/bin/" + m.group(1)), text)
+        copy = os.path.join(d, os.path.basename(path))
+        with open(copy, "w") as f:
+            f.write(text)
+        out = run(["systemd-analyze", "verify", copy], timeout=60, check=False)
+        problems = [l for l in out.splitlines() if os.path.basename(path) in l and "User" not in l]
+        self.assertEqual(problems, [], out)
+
+    # ---- the configs match the programs ---------------------------------------
+    def check_config_documents_options(self, program, conf):
+        prog = self.packaged(f"/usr/bin/{program}")
+        if not os.path.isfile(prog):
+            self.skipTest(f"{program} was not built")
+        documented = set(documented_options(self.packaged(conf)))
+        real = help_options(prog, self.env)
+        self.assertEqual(sorted(real - documented), [], f"options of {program} missing from {conf}")
+        self.assertEqual(sorted(documented - real), [], f"keys in {conf} that {program} does not know")
+        return prog
+
+    def test_broker_conf_is_true_and_starts_the_broker(self):
+        prog = self.check_config_documents_options("fleetlink-broker", "/etc/fleetlink/broker.conf")
+        with harness.Lab(prefix="fleetlink-pkg-lab-") as lab:
+            token = lab.path("control-token")
+            with open(token, "w") as f:
+                f.write("s3cret\n")
+            conf = lab.path("broker.conf")
+            write_uncommented(self.packaged("/etc/fleetlink/broker.conf"), conf, {
+                "listen": "127.0.0.1:0", "control": "127.0.0.1:0", "plain-listen": "127.0.0.1:0",
+                "cert": lab.certs.broker_cert, "key": lab.certs.broker_key, "ca": lab.certs.ca,
+                "control-token": "unused-when-the-file-is-given", "control-token-file": token,
+                "broker-id": "pkg-test"})
+            p = lab.process("packaged-broker", [prog, "--config", conf], env=self.env)
+            p.wait_log(harness.Broker.READY, timeout=15)
+            self.assertEqual(p.stop(timeout=20), 0, p.log()[-3000:])
+
+    def test_agent_conf_is_true_and_passes_check_config(self):
+        prog = self.check_config_documents_options("fleetlink-agent", "/etc/fleetlink/agent.conf")
+        with harness.Lab(prefix="fleetlink-pkg-lab-") as lab:
+            crt, key = lab.certs.rig("rig-pkg")
+            plugins = lab.path("plugins")
+            os.makedirs(plugins)
+            conf = lab.path("agent.conf")
+            write_uncommented(self.packaged("/etc/fleetlink/agent.conf"), conf, {
+                "broker": "wss://127.0.0.1:9/agent", "rig-id": "rig-pkg",
+                "cert": crt, "key": key, "ca": lab.certs.ca,
+                "state-dir": lab.path("state"), "plugin-dir": plugins,
+                "suites": self.packaged("/etc/fleetlink/suites.json"),
+                "reboot-command": "/bin/true"})
+            os.makedirs(lab.path("state"))
+            out = subprocess.run([prog, "--config", conf, "--check-config"], env=self.env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
+            self.assertEqual(out.returncode, 0, out.stdout)
+            # And a broken key is reported with the file's name.
+            bad = lab.path("bad.conf")
+            with open(conf) as f, open(bad, "w") as g:
+                g.write(f.read().replace("dmesg-max-lines = ", "dmesg-max-lines = not-a-number #"))
+            out = subprocess.run([prog, "--config", bad, "--check-config"], env=self.env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
+            self.assertNotEqual(out.returncode, 0, out.stdout)
+
+    def test_packaged_lab_ca_issues_a_rig_certificate(self):
+        lab_ca = self.packaged("/usr/bin/fleetlink-lab-ca")
+        d = os.path.join(tempfile.mkdtemp(dir=self.tmp), "ca")
+        run([lab_ca, "init", d], timeout=60)
+        run([lab_ca, "rig", d, "rig-0414"], timeout=60)
+        shown = run([lab_ca, "show", os.path.join(d, "rig-0414.crt")], timeout=60)
+        self.assertIn("rig-0414", shown)
+
+
+@unittest.skipUnless(shutil.which("cpack") and shutil.which("rpmbuild") and shutil.which("rpm"),
+                     "rpmbuild not installed (apt-get install rpm)")
+@unittest.skipUnless(os.path.isfile(CPACK_CONFIG), f"no {CPACK_CONFIG}")
+class RpmPackages(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="fleetlink-rpm-")
+        cls.cpack_log = run(["cpack", "--config", CPACK_CONFIG, "-G", "RPM", "-B", cls.tmp])
+        cls.rpms = {}
+        for path in glob.glob(os.path.join(cls.tmp, "*.rpm")):
+            name = run(["rpm", "-qp", "--qf", "%{NAME}", path], timeout=60).strip()
+            cls.rpms[name] = path
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def query(self, name, *args):
+        self.assertIn(name, self.rpms, self.cpack_log[-3000:])
+        return run(["rpm", "-qp", *args, self.rpms[name]], timeout=60)
+
+    def test_rpm_packages(self):
+        self.assertEqual(sorted(self.rpms), sorted(["libfleetlink", "libfleetlink-devel",
+                                                    "fleetlink-agent", "fleetlink-broker"]))
+        agent = self.query("fleetlink-agent", "-l").split()
+        self.assertIn("/usr/bin/fleetlink-agent", agent)
+        self.assertIn("/usr/lib/systemd/system/fleetlink-agent.service", agent)
+        self.assertEqual(sorted(self.query("fleetlink-agent", "--configfiles").split()),
+                         ["/etc/fleetlink/agent.conf", "/etc/fleetlink/suites.json"])
+        broker = self.query("fleetlink-broker", "-l").split()
+        for path in ("/usr/bin/fleetlink-broker", "/usr/bin/fleetctl", "/usr/bin/fleetlink-lab-ca",
+                     "/usr/lib/systemd/system/fleetlink-broker.service"):
+            self.assertIn(path, broker)
+        self.assertEqual(self.query("fleetlink-broker", "--configfiles").split(),
+                         ["/etc/fleetlink/broker.conf"])
+        lib = self.query("libfleetlink", "-l")
+        self.assertRegex(lib, r"/libfleetlink\.so\.\d+\n")
+        self.assertRegex(self.query("libfleetlink-devel", "-l"), r"/libfleetlink\.so\n")
+        scripts = self.query("fleetlink-broker", "--scripts")
+        self.assertIn("useradd -r", scripts)
+        self.assertIn("daemon-reload", scripts)
+        self.assertIn("libfleetlink", self.query("fleetlink-agent", "--requires"))
+
+
+if __name__ == "__main__":
+    unittest.main()
