@@ -1,0 +1,432 @@
+// fleetctl: operator CLI for the fleetlink broker's control API.
+//
+//   fleetctl rigs | rig RIG | send RIG KIND [--lines N] [--arg k=v]... [--wait]
+//            status CMD_ID | reconnect RIG | drain [--window-ms N] | events | health
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "control_client.hpp"
+#include "exit_codes.hpp"
+#include "output_format.hpp"
+
+namespace fleetctl {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct Globals {
+  std::string control = "http://127.0.0.1:8080";
+  std::string token;
+  std::string token_file;
+  bool json_output = false;
+};
+
+int fail(int code, const std::string& message) {
+  std::cerr << "fleetctl: " << message << "\n";
+  return code;
+}
+
+int unreachable(const TransportError& e) {
+  return fail(kUnreachable, "control API unreachable: " + e.detail);
+}
+
+json parse_json(const std::string& text) {
+  return json::parse(text, nullptr, /*allow_exceptions=*/false);
+}
+
+std::string field_text(const json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key)) return "-";
+  return text_of(j.at(key));
+}
+
+void print_raw(const std::string& body) {
+  std::cout << body;
+  if (body.empty() || body.back() != '\n') std::cout << '\n';
+  std::cout.flush();
+}
+
+// Turns a non-2xx answer into a message and an exit code.
+int api_error(const HttpResult& r, const Globals& g) {
+  const json body = parse_json(r.body);
+  if (g.json_output) print_raw(r.body);
+  const std::string error = field_text(body, "error");
+  const std::string detail = field_text(body, "detail");
+  if (r.status == 401) {
+    return fail(kFailed,
+                "unauthorized: the control API needs a token (--token, --token-file or "
+                "FLEETCTL_TOKEN)");
+  }
+  if (error == "unknown_rig") {
+    return fail(kUnknownRig, "unknown rig " + field_text(body, "rig_id") +
+                                 " (no live connection to this broker): " + detail);
+  }
+  if (error == "rig_unresponsive") {
+    const std::string rig = field_text(body, "rig_id");
+    const std::string action = field_text(body, "suggested_action");
+    std::string message = "rig " + rig + " is unresponsive: " + detail + "\n  last ack: seq " +
+                          field_text(body, "last_ack_seq") + " at " +
+                          field_text(body, "last_ack_at") + "\n  suggested action: " + action;
+    if (action == "force_reconnect") message += " (run: fleetctl reconnect " + rig + ")";
+    return fail(kRigUnresponsive, message);
+  }
+  if (error == "unknown_command") return fail(kFailed, "unknown command: " + detail);
+  if (error == "-") {
+    return fail(kFailed, "HTTP " + std::to_string(r.status) + " from the control API: " + r.body);
+  }
+  return fail(kFailed, error + " (HTTP " + std::to_string(r.status) + "): " + detail);
+}
+
+std::string read_token_file(const std::string& path, bool& ok) {
+  std::ifstream in(path);
+  ok = static_cast<bool>(in);
+  std::string token;
+  if (ok) std::getline(in, token);
+  while (!token.empty() && (token.back() == '\r' || token.back() == ' ' || token.back() == '\t')) {
+    token.pop_back();
+  }
+  return token;
+}
+
+// ---- subcommands --------------------------------------------------------
+
+int cmd_rigs(ControlClient& c, const Globals& g) {
+  TransportError e;
+  const auto r = c.call("GET", "/v1/rigs", {}, e);
+  if (!r) return unreachable(e);
+  if (r->status != 200) return api_error(*r, g);
+  if (g.json_output) {
+    print_raw(r->body);
+    return kOk;
+  }
+  const json body = parse_json(r->body);
+  if (body.is_discarded()) return fail(kFailed, "control API answered invalid JSON");
+  std::cout << rigs_table(body);
+  return kOk;
+}
+
+int cmd_rig(ControlClient& c, const Globals& g, const std::string& rig) {
+  TransportError e;
+  const auto r = c.call("GET", "/v1/rigs/" + c.escape(rig), {}, e);
+  if (!r) return unreachable(e);
+  if (r->status != 200) return api_error(*r, g);
+  if (g.json_output) {
+    print_raw(r->body);
+    return kOk;
+  }
+  std::cout << rig_detail(parse_json(r->body));
+  return kOk;
+}
+
+// Exit code for a finished command, with the reason on stderr.
+int finished_command_exit(const json& cmd) {
+  const std::string state = field_text(cmd, "state");
+  const std::string id = field_text(cmd, "cmd_id");
+  if (state == "nacked") {
+    const json& nack = cmd.at("nack");
+    return fail(kFailed, "command " + id + " was refused by the rig (nack " +
+                             field_text(nack, "reason") + "): " + field_text(nack, "detail"));
+  }
+  if (state == "lost") {
+    return fail(kFailed, "command " + id +
+                             " was lost: the connection ended before the rig acknowledged it "
+                             "(not retransmitted; check the rig and send again)");
+  }
+  const json result = cmd.value("result", json());
+  if (!result.is_object()) return kOk;
+  const std::string status = field_text(result, "status");
+  if (status == "ok" || status == "scheduled") return kOk;
+  std::string message = "command " + id + " " + status + ": exit code " +
+                        field_text(result, "exit_code");
+  if (result.value("signal", 0) != 0) message += ", signal " + field_text(result, "signal");
+  const std::string detail = field_text(result, "detail");
+  if (!detail.empty() && detail != "-") message += ": " + detail;
+  return fail(kFailed, message);
+}
+
+bool is_final(const std::string& state) {
+  return state == "done" || state == "nacked" || state == "lost";
+}
+
+int cmd_send(ControlClient& c, const Globals& g, const std::string& rig, const std::string& kind,
+             int lines, const std::vector<std::string>& arg_list, bool wait, double timeout_s) {
+  json args = json::object();
+  if (lines >= 0) args["lines"] = std::to_string(lines);
+  for (const std::string& kv : arg_list) {
+    const std::size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return fail(kUsage, "--arg wants key=value, got '" + kv + "'");
+    }
+    args[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  const json request{{"kind", kind}, {"args", args}};
+  TransportError e;
+  const auto r = c.call("POST", "/v1/rigs/" + c.escape(rig) + "/commands", request.dump(), e);
+  if (!r) return unreachable(e);
+  if (r->status != 202) return api_error(*r, g);
+  const json accepted = parse_json(r->body);
+  const std::string cmd_id = field_text(accepted, "cmd_id");
+  if (!wait) {
+    if (g.json_output) {
+      print_raw(r->body);
+    } else {
+      std::cout << cmd_id << "\n";
+    }
+    return kOk;
+  }
+  std::cerr << "sent " << kind << " to " << rig << ": cmd_id " << cmd_id << " seq "
+            << field_text(accepted, "seq") << "\n";
+
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(timeout_s));
+  auto delay = std::chrono::milliseconds(20);
+  std::string last_state = "queued";
+  while (true) {
+    const auto remaining =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (remaining.count() <= 0) {
+      return fail(kTimeout, "timed out after " + std::to_string(timeout_s) +
+                                "s waiting for command " + cmd_id + " (last state: " +
+                                last_state + "); check later with: fleetctl status " + cmd_id);
+    }
+    const long call_timeout = std::min<long>(static_cast<long>(remaining.count()) + 1, 10000);
+    const auto s = c.call("GET", "/v1/commands/" + c.escape(cmd_id), {}, e, call_timeout);
+    if (!s) {
+      if (Clock::now() >= deadline) continue;  // reported as a timeout above
+      return unreachable(e);
+    }
+    if (s->status != 200) return api_error(*s, g);
+    const json cmd = parse_json(s->body);
+    last_state = field_text(cmd, "state");
+    if (is_final(last_state)) {
+      if (g.json_output) {
+        print_raw(s->body);
+      } else {
+        const json result = cmd.value("result", json());
+        if (result.is_object() && result.contains("output") && result["output"].is_string()) {
+          std::cout << result["output"].get<std::string>();
+          std::cout.flush();
+          if (result.value("truncated", false)) {
+            std::cerr << "fleetctl: output truncated (" << field_text(result, "dropped_bytes")
+                      << " bytes dropped)\n";
+          }
+        }
+      }
+      return finished_command_exit(cmd);
+    }
+    std::this_thread::sleep_for(std::min(delay, remaining));
+    delay = std::min(delay * 2, std::chrono::milliseconds(250));
+  }
+}
+
+int cmd_status(ControlClient& c, const Globals& g, const std::string& cmd_id) {
+  TransportError e;
+  const auto r = c.call("GET", "/v1/commands/" + c.escape(cmd_id), {}, e);
+  if (!r) return unreachable(e);
+  if (r->status != 200) return api_error(*r, g);
+  const json cmd = parse_json(r->body);
+  if (g.json_output) {
+    print_raw(r->body);
+  } else {
+    std::cout << command_summary(cmd);
+    const json result = cmd.value("result", json());
+    if (result.is_object() && result.contains("output") && result["output"].is_string() &&
+        !result["output"].get<std::string>().empty()) {
+      std::cout << "output:\n" << result["output"].get<std::string>();
+      if (result["output"].get<std::string>().back() != '\n') std::cout << '\n';
+    }
+  }
+  return is_final(field_text(cmd, "state")) ? finished_command_exit(cmd) : kOk;
+}
+
+int cmd_reconnect(ControlClient& c, const Globals& g, const std::string& rig) {
+  TransportError e;
+  const auto r = c.call("POST", "/v1/rigs/" + c.escape(rig) + "/reconnect", {}, e);
+  if (!r) return unreachable(e);
+  if (r->status != 200) return api_error(*r, g);
+  if (g.json_output) {
+    print_raw(r->body);
+  } else {
+    std::cout << "closed the connection of " << rig << "; the agent will reconnect\n";
+  }
+  return kOk;
+}
+
+int cmd_drain(ControlClient& c, const Globals& g, long window_ms) {
+  json body = json::object();
+  if (window_ms >= 0) body["window_ms"] = window_ms;
+  TransportError e;
+  const auto r = c.call("POST", "/v1/admin/drain", body.dump(), e);
+  if (!r) return unreachable(e);
+  if (r->status != 202 && r->status != 200) return api_error(*r, g);
+  if (g.json_output) {
+    print_raw(r->body);
+  } else {
+    std::cout << "draining: rigs are sent GOAWAY spread over "
+              << field_text(parse_json(r->body), "window_ms") << " ms\n";
+  }
+  return kOk;
+}
+
+// Reads the SSE stream and prints one line per event (or its JSON with --json).
+int cmd_events(ControlClient& c, const Globals& g, long max_events) {
+  std::string buffer;
+  long seen = 0;
+  auto handle_block = [&](const std::string& block) {
+    std::string data;
+    std::size_t start = 0;
+    while (start < block.size()) {
+      std::size_t end = block.find('\n', start);
+      if (end == std::string::npos) end = block.size();
+      const std::string line = block.substr(start, end - start);
+      if (line.rfind("data:", 0) == 0) {
+        std::string piece = line.substr(5);
+        if (!piece.empty() && piece.front() == ' ') piece.erase(0, 1);
+        if (!data.empty()) data += '\n';
+        data += piece;
+      }
+      start = end + 1;
+    }
+    if (data.empty()) return true;  // comment, retry or heartbeat
+    if (g.json_output) {
+      std::cout << data << "\n";
+    } else {
+      const json event = parse_json(data);
+      std::cout << (event.is_discarded() ? data : event_line(event)) << "\n";
+    }
+    std::cout.flush();
+    ++seen;
+    return max_events <= 0 || seen < max_events;
+  };
+  TransportError e;
+  std::string error_body;
+  const long status = c.stream(
+      "/v1/events",
+      [&](std::string_view piece) {
+        buffer.append(piece);
+        std::size_t pos;
+        while ((pos = buffer.find("\n\n")) != std::string::npos) {
+          const std::string block = buffer.substr(0, pos);
+          buffer.erase(0, pos + 2);
+          if (!handle_block(block)) return false;
+        }
+        error_body = buffer;  // an error answer is plain JSON without blank lines
+        return true;
+      },
+      e);
+  if (status == 0) return unreachable(e);
+  if (status != 200) return api_error(HttpResult{status, error_body}, g);
+  return kOk;
+}
+
+int cmd_health(ControlClient& c, const Globals& g) {
+  TransportError e;
+  const auto h = c.call("GET", "/healthz", {}, e, 5000);
+  if (!h) return unreachable(e);
+  const auto r = c.call("GET", "/readyz", {}, e, 5000);
+  if (!r) return unreachable(e);
+  const bool live = h->status == 200;
+  const bool ready = r->status == 200;
+  if (g.json_output) {
+    std::cout << json{{"healthz", live}, {"readyz", parse_json(r->body)}}.dump() << "\n";
+  } else {
+    std::cout << "healthz: " << (live ? "ok" : "FAILING (HTTP " + std::to_string(h->status) + ")")
+              << "\nreadyz:  " << (ready ? "ready" : "not ready (HTTP " + std::to_string(r->status) + ")")
+              << "\n";
+  }
+  return live && ready ? kOk : kFailed;
+}
+
+}  // namespace
+}  // namespace fleetctl
+
+int main(int argc, char** argv) {
+  using namespace fleetctl;
+  Globals g;
+  CLI::App app{"fleetctl: operate a fleetlink broker through its control API"};
+  app.footer(kExitCodeHelp);
+  app.require_subcommand(1);
+  app.fallthrough();
+  app.add_option("--control", g.control, "control API base URL")
+      ->envname("FLEETCTL_CONTROL")
+      ->capture_default_str();
+  app.add_option("--token", g.token, "bearer token for the control API")->envname("FLEETCTL_TOKEN");
+  app.add_option("--token-file", g.token_file, "read the bearer token from this file");
+  app.add_flag("--json", g.json_output, "print the control API's raw JSON");
+
+  auto* rigs = app.add_subcommand("rigs", "list live rigs");
+  std::string rig_id;
+  auto* rig = app.add_subcommand("rig", "show one rig, with its unacknowledged commands");
+  rig->add_option("RIG", rig_id, "rig id")->required();
+
+  auto* send = app.add_subcommand("send", "send a command to a rig");
+  std::string kind;
+  int lines = -1;
+  std::vector<std::string> args;
+  bool wait = false;
+  double timeout_s = 30;
+  send->add_option("RIG", rig_id, "rig id")->required();
+  send->add_option("KIND", kind, "command kind (dmesg, reboot, suite, or a plugin's)")->required();
+  send->add_option("--lines", lines, "dmesg: number of lines (args.lines)")->check(CLI::NonNegativeNumber);
+  send->add_option("--arg", args, "extra argument key=value (repeatable)");
+  send->add_flag("--wait", wait, "wait for the result and print its output");
+  send->add_option("--timeout", timeout_s, "seconds to wait with --wait")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+
+  auto* status = app.add_subcommand("status", "show a command's state and result");
+  std::string cmd_id;
+  status->add_option("CMD_ID", cmd_id, "command id")->required();
+
+  auto* reconnect = app.add_subcommand("reconnect", "close a rig's connection (it reconnects)");
+  reconnect->add_option("RIG", rig_id, "rig id")->required();
+
+  auto* drain = app.add_subcommand("drain", "drain the broker: GOAWAY every rig over a window");
+  long window_ms = -1;
+  drain->add_option("--window-ms", window_ms, "spread reconnects over this many ms")
+      ->check(CLI::NonNegativeNumber);
+
+  auto* events = app.add_subcommand("events", "stream live fleet events (Server-Sent Events)");
+  long max_events = 0;
+  events->add_option("--count", max_events, "stop after this many events (0: never)");
+
+  auto* health = app.add_subcommand("health", "check /healthz and /readyz");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kUsage;
+  }
+
+  if (!g.token_file.empty() && g.token.empty()) {
+    bool ok = false;
+    g.token = read_token_file(g.token_file, ok);
+    if (!ok) return fail(kUsage, "cannot read token file " + g.token_file);
+  }
+
+  ControlClient client(g.control, g.token);
+  if (*rigs) return cmd_rigs(client, g);
+  if (*rig) return cmd_rig(client, g, rig_id);
+  if (*send) return cmd_send(client, g, rig_id, kind, lines, args, wait, timeout_s);
+  if (*status) return cmd_status(client, g, cmd_id);
+  if (*reconnect) return cmd_reconnect(client, g, rig_id);
+  if (*drain) return cmd_drain(client, g, window_ms);
+  if (*events) return cmd_events(client, g, max_events);
+  if (*health) return cmd_health(client, g);
+  return kUsage;
+}

@@ -1,0 +1,209 @@
+#include "output_format.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace fleetctl {
+
+using nlohmann::json;
+
+std::string text_of(const json& v) {
+  if (v.is_null()) return "-";
+  if (v.is_string()) return v.get<std::string>();
+  return v.dump();
+}
+
+std::string format_age(std::optional<std::uint64_t> ms) {
+  if (!ms) return "-";
+  const std::uint64_t s = *ms / 1000;
+  char buf[48];
+  if (s < 60) {
+    std::snprintf(buf, sizeof buf, "%llus", static_cast<unsigned long long>(s));
+  } else if (s < 3600) {
+    std::snprintf(buf, sizeof buf, "%llum%02llus", static_cast<unsigned long long>(s / 60),
+                  static_cast<unsigned long long>(s % 60));
+  } else if (s < 86400) {
+    std::snprintf(buf, sizeof buf, "%lluh%02llum", static_cast<unsigned long long>(s / 3600),
+                  static_cast<unsigned long long>((s % 3600) / 60));
+  } else {
+    std::snprintf(buf, sizeof buf, "%llud%02lluh", static_cast<unsigned long long>(s / 86400),
+                  static_cast<unsigned long long>((s % 86400) / 3600));
+  }
+  return buf;
+}
+
+std::string render_table(const std::vector<std::string>& header,
+                         const std::vector<std::vector<std::string>>& rows) {
+  std::vector<std::size_t> width(header.size(), 0);
+  for (std::size_t i = 0; i < header.size(); ++i) width[i] = header[i].size();
+  for (const auto& row : rows) {
+    for (std::size_t i = 0; i < row.size() && i < width.size(); ++i) {
+      width[i] = std::max(width[i], row[i].size());
+    }
+  }
+  std::string out;
+  auto emit = [&](const std::vector<std::string>& cells) {
+    std::string line;
+    for (std::size_t i = 0; i < width.size(); ++i) {
+      const std::string cell = i < cells.size() ? cells[i] : "";
+      line += cell;
+      if (i + 1 < width.size()) line.append(width[i] - cell.size() + 2, ' ');
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line;
+    out += '\n';
+  };
+  emit(header);
+  for (const auto& row : rows) emit(row);
+  return out;
+}
+
+namespace {
+
+std::optional<std::uint64_t> optional_ms(const json& v) {
+  if (v.is_number_unsigned()) return v.get<std::uint64_t>();
+  if (v.is_number_integer() && v.get<std::int64_t>() >= 0) {
+    return static_cast<std::uint64_t>(v.get<std::int64_t>());
+  }
+  return std::nullopt;
+}
+
+const json& field(const json& obj, const char* key) {
+  static const json kNull;
+  if (!obj.is_object()) return kNull;
+  const auto it = obj.find(key);
+  return it == obj.end() ? kNull : *it;
+}
+
+std::string outbox_text(const json& rig) {
+  return text_of(field(rig, "outbox_depth")) + "/" + text_of(field(rig, "outbox_capacity"));
+}
+
+std::string last_ack_age(const json& rig) {
+  return format_age(optional_ms(field(rig, "last_ack_age_ms")));
+}
+
+}  // namespace
+
+std::string rigs_table(const json& body) {
+  std::vector<std::vector<std::string>> rows;
+  const json& rigs = field(body, "rigs");
+  if (rigs.is_array()) {
+    for (const json& r : rigs) {
+      rows.push_back({text_of(field(r, "rig_id")), text_of(field(r, "state")),
+                      text_of(field(r, "boot_id")), text_of(field(r, "agent_version")),
+                      text_of(field(r, "last_ack_seq")), last_ack_age(r), outbox_text(r),
+                      text_of(field(r, "unacked"))});
+    }
+  }
+  std::sort(rows.begin(), rows.end());
+  return render_table({"RIG", "STATE", "BOOT_ID", "VERSION", "LAST_ACK", "AGE", "OUTBOX", "UNACKED"},
+                      rows);
+}
+
+std::string rig_detail(const json& rig) {
+  std::string out;
+  auto line = [&](const char* label, const std::string& value) {
+    out += label;
+    out += value;
+    out += '\n';
+  };
+  line("rig:            ", text_of(field(rig, "rig_id")));
+  line("state:          ", text_of(field(rig, "state")));
+  line("boot_id:        ", text_of(field(rig, "boot_id")));
+  line("agent_version:  ", text_of(field(rig, "agent_version")));
+  line("peer:           ", text_of(field(rig, "peer")));
+  line("connected_at:   ", text_of(field(rig, "connected_at")));
+  line("last_ack:       ", "seq " + text_of(field(rig, "last_ack_seq")) + " at " +
+                              text_of(field(rig, "last_ack_at")) + " (" + last_ack_age(rig) +
+                              " ago)");
+  line("outbox:         ", outbox_text(rig));
+  std::string labels;
+  const json& l = field(rig, "labels");
+  if (l.is_object()) {
+    for (const auto& [k, v] : l.items()) {
+      if (!labels.empty()) labels += ", ";
+      labels += k + "=" + text_of(v);
+    }
+  }
+  line("labels:         ", labels.empty() ? "-" : labels);
+  std::string kinds;
+  const json& k = field(rig, "kinds");
+  if (k.is_array()) {
+    for (const json& kind : k) {
+      if (!kinds.empty()) kinds += ", ";
+      kinds += text_of(kind);
+    }
+  }
+  line("kinds:          ", kinds.empty() ? "-" : kinds);
+  const json& unacked = field(rig, "unacked_commands");
+  line("unacked:        ", text_of(field(rig, "unacked")));
+  if (unacked.is_array() && !unacked.empty()) {
+    std::vector<std::vector<std::string>> rows;
+    for (const json& u : unacked) {
+      rows.push_back({text_of(field(u, "cmd_id")), text_of(field(u, "seq")),
+                      text_of(field(u, "kind")), format_age(optional_ms(field(u, "age_ms"))),
+                      field(u, "sent") == true ? "yes" : "no"});
+    }
+    out += '\n';
+    out += render_table({"CMD_ID", "SEQ", "KIND", "AGE", "SENT"}, rows);
+  }
+  return out;
+}
+
+std::string command_summary(const json& cmd) {
+  std::string out;
+  auto line = [&](const char* label, const std::string& value) {
+    out += label;
+    out += value;
+    out += '\n';
+  };
+  line("cmd_id:       ", text_of(field(cmd, "cmd_id")));
+  line("rig:          ", text_of(field(cmd, "rig_id")));
+  line("kind:         ", text_of(field(cmd, "kind")));
+  std::string args;
+  const json& a = field(cmd, "args");
+  if (a.is_object()) {
+    for (const auto& [k, v] : a.items()) {
+      if (!args.empty()) args += " ";
+      args += k + "=" + text_of(v);
+    }
+  }
+  line("args:         ", args.empty() ? "-" : args);
+  line("seq:          ", text_of(field(cmd, "seq")));
+  line("state:        ", text_of(field(cmd, "state")));
+  line("enqueued_at:  ", text_of(field(cmd, "enqueued_at")));
+  line("acked_at:     ", text_of(field(cmd, "acked_at")));
+  line("finished_at:  ", text_of(field(cmd, "finished_at")));
+  if (field(cmd, "duplicate") == true) line("duplicate:    ", "yes (the rig had run it before)");
+  const json& nack = field(cmd, "nack");
+  if (nack.is_object()) {
+    line("nack:         ", text_of(field(nack, "reason")) + ": " + text_of(field(nack, "detail")));
+  }
+  const json& r = field(cmd, "result");
+  if (r.is_object()) {
+    line("status:       ", text_of(field(r, "status")));
+    line("exit_code:    ", text_of(field(r, "exit_code")));
+    if (field(r, "signal") != 0) line("signal:       ", text_of(field(r, "signal")));
+    if (!text_of(field(r, "detail")).empty() && !field(r, "detail").is_null()) {
+      line("detail:       ", text_of(field(r, "detail")));
+    }
+    if (field(r, "truncated") == true) {
+      line("truncated:    ", "yes (" + text_of(field(r, "dropped_bytes")) + " bytes dropped)");
+    }
+  }
+  return out;
+}
+
+std::string event_line(const json& e) {
+  std::string out = text_of(field(e, "at")) + " " + text_of(field(e, "type"));
+  const json& rig = field(e, "rig_id");
+  if (rig.is_string() && !rig.get<std::string>().empty()) out += " rig=" + text_of(rig);
+  const json& cmd = field(e, "cmd_id");
+  if (cmd.is_string() && !cmd.get<std::string>().empty()) out += " cmd=" + text_of(cmd);
+  const json& detail = field(e, "detail");
+  if (detail.is_string() && !detail.get<std::string>().empty()) out += " " + text_of(detail);
+  return out;
+}
+
+}  // namespace fleetctl

@@ -1,0 +1,34 @@
+#pragma once
+// Human-readable renderings of control API answers (pure functions).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace fleetctl {
+
+// 47000 -> "47s", 192000 -> "3m12s", 7500000 -> "2h05m"; nullopt -> "-".
+std::string format_age(std::optional<std::uint64_t> ms);
+
+// Left-aligned columns separated by two spaces; no trailing blanks.
+std::string render_table(const std::vector<std::string>& header,
+                         const std::vector<std::vector<std::string>>& rows);
+
+// GET /v1/rigs body -> RIG STATE BOOT_ID VERSION LAST_ACK AGE OUTBOX UNACKED
+std::string rigs_table(const nlohmann::json& body);
+
+// GET /v1/rigs/{rig} body -> key: value lines and the unacked commands.
+std::string rig_detail(const nlohmann::json& rig);
+
+// GET /v1/commands/{id} body -> key: value lines (output not included).
+std::string command_summary(const nlohmann::json& cmd);
+
+// One SSE event's data -> "TIME TYPE rig=… cmd=… detail".
+std::string event_line(const nlohmann::json& event);
+
+// A JSON value as plain text: strings unquoted, null as "-".
+std::string text_of(const nlohmann::json& v);
+
+}  // namespace fleetctl
