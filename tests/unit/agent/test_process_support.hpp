@@ -11,6 +11,7 @@
 #include <fstream>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <string>
 
 #include "fleetlink/executor.hpp"
@@ -96,7 +97,9 @@ class ScratchDir {
 
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
+  std::ostringstream text;
+  if (in) text << in.rdbuf();
+  return text.str();
 }
 
 // True once pid is gone or a zombie (killed; its new parent has not reaped it yet).
