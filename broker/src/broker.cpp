@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <csignal>
 #include <cstring>
 
@@ -108,7 +109,9 @@ std::uint32_t Broker::mono_ms() const noexcept {
 std::uint64_t Broker::mono_us() const noexcept { return uv_hrtime() / 1000; }
 
 Expected<void> Broker::start() {
-  lws_set_log_level(LLL_ERR | (log_enabled(LogLevel::debug) ? LLL_WARN : 0), nullptr);
+  int lws_levels = LLL_ERR | (log_enabled(LogLevel::debug) ? LLL_WARN : 0);
+  if (const char* env = std::getenv("FLEETLINK_LWS_LOG")) lws_levels = std::atoi(env);  // debugging lws itself
+  lws_set_log_level(lws_levels, nullptr);
 
   lws_context_creation_info info{};
   void* foreign_loops[1] = {loop_};
@@ -284,7 +287,9 @@ int Broker::on_callback(lws* wsi, int reason, void* user, void* in, std::size_t 
       return -1;
     case LWS_CALLBACK_ESTABLISHED: {
       if (!user) return -1;
-      auto* c = new (user) Connection(wsi, lws_get_vhost(wsi) == plain_vhost_, cfg_.rig_rate,
+      // Not lws_get_vhost(wsi) == plain_vhost_: on the upgrade lws 4.1 re-binds the wsi to a vhost
+      // chosen by port (seen: the TLS one), so plain rigs failed 4401. The socket itself tells.
+      auto* c = new (user) Connection(wsi, lws_is_ssl(wsi) == 0, cfg_.rig_rate,
                                       cfg_.rig_burst, mono_us(), mono_ms(), wall_ms());
       c->next = head_;
       if (head_) head_->prev = c;
