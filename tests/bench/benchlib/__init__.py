@@ -1,0 +1,1 @@
+"""Helpers of tests/bench/run: processes (broker, rigsim, benchctl), machine facts."""

@@ -1,0 +1,15 @@
+"""Fan-out: one command to every connected rig; time until every ACK is in (median of 3)."""
+from benchlib.procs import benchctl
+
+NAME = "fanout"
+TRANSPORTS = ("plain",)
+
+
+def run(ctx):
+    sim0 = ctx.fleet.totals()["cpu_s"]
+    conns = max(1, min(32, ctx.bench.fd_room(ctx.n)))
+    r = benchctl(ctx.bench, ctx.broker.control, "fanout", ctx.n, repeat=1 if ctx.bench.smoke else 3,
+                 inflight=ctx.n, connections=conns, kind="noop")
+    r["connections"] = conns
+    r["rigsim_cpu_s"] = round(ctx.fleet.totals()["cpu_s"] - sim0, 3)
+    return r

@@ -1,0 +1,19 @@
+"""Pipelined: a fixed number of commands in flight; throughput and latency, the first
+part of the run not counted (warm-up)."""
+from benchlib.procs import benchctl
+
+NAME = "pipelined"
+TRANSPORTS = ("plain",)
+
+
+def run(ctx):
+    sim0 = ctx.fleet.totals()["cpu_s"]
+    total, skip = (2100, 100) if ctx.bench.smoke else (21000, 1000)
+    inflight = 20 if ctx.bench.smoke else 100
+    # Every HTTP connection is a descriptor of the broker, next to the N rigs.
+    conns = max(1, min(inflight if ctx.bench.ack_via != "sse" else 16, ctx.bench.fd_room(ctx.n)))
+    r = benchctl(ctx.bench, ctx.broker.control, "pipeline", ctx.n, count=total, warmup=skip,
+                 inflight=inflight, connections=conns, kind="noop")
+    r["connections"] = conns
+    r["rigsim_cpu_s"] = round(ctx.fleet.totals()["cpu_s"] - sim0, 3)
+    return r

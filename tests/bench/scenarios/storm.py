@@ -1,0 +1,39 @@
+"""Reconnect storm: the broker is killed (-9) and started again on the same ports under
+N connected rigs. Time from the kill until every rig is back and WELCOMEd, the new
+broker's CPU seconds, and the refused (503) and failed handshakes on the way."""
+import time
+
+NAME = "storm"
+TRANSPORTS = ("plain", "mtls")
+
+
+def run(ctx):
+    fleet, broker = ctx.fleet, ctx.broker
+    before = fleet.totals()
+    t_kill = time.time() * 1000.0
+    broker.kill()
+    broker.start()
+    deadline = time.monotonic() + ctx.bench.storm_timeout
+    done = {}
+    while time.monotonic() < deadline and len(done) < len(fleet.sims):
+        for k, sim in enumerate(fleet.sims):
+            with sim.cond:
+                for _, status in sim.all_connected_events:
+                    if status["t_ms"] > t_kill and k not in done:
+                        done[k] = status["t_ms"]
+        time.sleep(0.01)
+    broker_cpu = broker.cpu_seconds()
+    after = fleet.totals()
+    complete = len(done) == len(fleet.sims)
+    return {
+        "complete": complete,
+        "storm_s": round((max(done.values()) - t_kill) / 1000.0, 3) if complete else None,
+        "broker_ready_s": round(broker.ready_after_s, 3),
+        "broker_cpu_s": round(broker_cpu, 3),
+        "registered": broker.rig_count(),
+        "refused_503": after["refused_503"] - before["refused_503"],
+        "failed_handshakes": after["failed_handshakes"] - before["failed_handshakes"],
+        "connect_errors": after["connect_errors"] - before["connect_errors"],
+        "rigsim_cpu_s": round(after["cpu_s"] - before["cpu_s"], 3),
+        "admission": ctx.admission,
+    }
