@@ -1,0 +1,53 @@
+"""The benchmark instruments keep working: tests/bench/run --smoke (N = 200, a few
+seconds) must produce figures for every scenario on both transports. Nothing here is
+about speed; the real runs and their bar are in docs/PERFORMANCE.md."""
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+SOURCE = os.environ.get("FLEETLINK_SOURCE_DIR",
+                        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+BUILD = os.environ.get("FLEETLINK_BUILD_DIR", os.path.join(SOURCE, "build"))
+
+EXPECTED = {
+    "plain": {"density": "bytes_per_connection", "round_trip": "p50_ms", "pipelined": "cmds_per_s",
+              "fanout": "median_s", "storm": "storm_s"},
+    "mtls": {"density": "bytes_per_connection", "storm": "storm_s"},
+}
+
+
+class BenchSmoke(unittest.TestCase):
+    def test_every_scenario_produces_numbers(self):
+        if not os.access(os.path.join(BUILD, "tests", "bench", "fleetlink-rigsim"), os.X_OK):
+            self.skipTest("benchmarks not built (FLEETLINK_BUILD_BENCH=OFF)")
+        with tempfile.TemporaryDirectory(prefix="fleetlink-bench-smoke-") as out:
+            proc = subprocess.run(
+                [sys.executable, os.path.join(SOURCE, "tests", "bench", "run"), "--smoke",
+                 "--build-dir", BUILD, "--out", out, "--ca-dir", os.path.join(out, "ca")],
+                capture_output=True, text=True, timeout=240)
+            self.assertEqual(proc.returncode, 0, proc.stdout[-3000:] + proc.stderr[-3000:])
+            files = glob.glob(os.path.join(out, "bench-*.json"))
+            self.assertEqual(len(files), 1, proc.stdout[-2000:])
+            with open(files[0]) as f:
+                report = json.load(f)
+        results = report["results"]["200"]
+        for transport, scenarios in EXPECTED.items():
+            for scenario, key in scenarios.items():
+                with self.subTest(transport=transport, scenario=scenario):
+                    r = results.get(transport, {}).get(scenario)
+                    self.assertIsNotNone(r, f"{transport}/{scenario} missing: {results.get(transport)}")
+                    self.assertNotIn("error", r, r)
+                    self.assertIsInstance(r.get(key), (int, float), r)
+                    self.assertGreater(r[key], 0, r)
+                    if "complete" in r:
+                        self.assertTrue(r["complete"], r)
+        self.assertEqual(results["plain"]["storm"]["registered"], 200)
+        self.assertEqual(results["mtls"]["storm"]["registered"], 200)
+
+
+if __name__ == "__main__":
+    unittest.main()
