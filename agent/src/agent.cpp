@@ -1,0 +1,473 @@
+#include "agent.hpp"
+
+#include <algorithm>
+#include <mutex>
+
+#include "dmesg_executor.hpp"
+#include "fleetlink/uuid.hpp"
+#include "fleetlink/version.hpp"
+#include "log.hpp"
+#include "reboot_executor.hpp"
+
+#if __has_include("suite_executor.hpp") && __has_include("suite_config.hpp")
+#include "suite_config.hpp"
+#include "suite_executor.hpp"
+#define FLEETLINK_AGENT_HAVE_SUITES 1
+#endif
+#if __has_include("plugin_loader.hpp")
+#include "plugin_loader.hpp"
+#define FLEETLINK_AGENT_HAVE_PLUGINS 1
+#endif
+
+namespace fleetlink::agent {
+
+namespace fs = std::filesystem;
+
+std::uint64_t now_unix_ms() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        std::chrono::system_clock::now().time_since_epoch())
+                                        .count());
+}
+
+// ------------------------------------------------------------------ Link / Reporter
+
+// Reporters may outlive the agent (an executor thread finishing during shutdown):
+// they reach it only through this, under its lock, and the agent clears it first.
+struct Agent::Link {
+  std::mutex mu;
+  Agent* agent = nullptr;
+  ClientSession* session = nullptr;
+
+  bool send(const Message& m) {
+    std::lock_guard lk(mu);
+    return session != nullptr && session->send(m);
+  }
+  void finished(std::string cmd_id, Outcome outcome, std::uint64_t started_ms,
+                std::uint64_t stream_dropped) {
+    std::lock_guard lk(mu);
+    if (!session) return;
+    Agent* a = agent;
+    session->post([a, id = std::move(cmd_id), o = std::move(outcome), started_ms,
+                   stream_dropped]() mutable {
+      a->command_finished(id, std::move(o), started_ms, stream_dropped);
+    });
+  }
+};
+
+namespace {
+
+class CommandReporter final : public Reporter {
+ public:
+  CommandReporter(std::shared_ptr<Agent::Link> link, std::string cmd_id, std::uint64_t started_ms)
+      : link_(std::move(link)), cmd_id_(std::move(cmd_id)), started_ms_(started_ms) {}
+
+  bool output(std::string_view bytes) override {
+    std::lock_guard lk(mu_);
+    if (finished_) return false;
+    bool all = true;
+    while (!bytes.empty()) {
+      const std::size_t n = std::min(bytes.size(), kMaxChunkBytes);
+      msg::OutputChunk chunk;
+      chunk.cmd_id = cmd_id_;
+      chunk.offset = offset_;
+      chunk.data.assign(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(n));
+      if (!link_->send(Message{std::move(chunk)})) {
+        // Not connected, or the outbound queue is full: drop, and say so in the result.
+        dropped_ += n;
+        all = false;
+      }
+      offset_ += n;
+      bytes.remove_prefix(n);
+    }
+    return all;
+  }
+
+  void finish(Outcome outcome) override {
+    std::uint64_t dropped = 0;
+    {
+      std::lock_guard lk(mu_);
+      if (finished_) return;
+      finished_ = true;
+      dropped = dropped_;
+    }
+    link_->finished(cmd_id_, std::move(outcome), started_ms_, dropped);
+  }
+
+ private:
+  std::shared_ptr<Agent::Link> link_;
+  std::string cmd_id_;
+  std::uint64_t started_ms_;
+  std::mutex mu_;
+  std::uint64_t offset_ = 0;
+  std::uint64_t dropped_ = 0;
+  bool finished_ = false;
+};
+
+LogLevel from_syslog(int level) {
+  if (level <= 3) return LogLevel::error;
+  if (level == 4) return LogLevel::warn;
+  if (level <= 6) return LogLevel::info;
+  return LogLevel::debug;
+}
+
+StringMap parse_labels(const std::vector<std::string>& labels) {
+  StringMap out;
+  for (const auto& l : labels) {
+    const auto eq = l.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    out[l.substr(0, eq)] = l.substr(eq + 1);
+  }
+  return out;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ registry
+
+Expected<std::shared_ptr<ExecutorRegistry>> build_registry(const AgentConfig& cfg,
+                                                           std::vector<std::string>* warnings) {
+  auto reg = std::make_shared<ExecutorRegistry>();
+  DmesgOptions dopts;
+  dopts.default_lines = cfg.dmesg_default_lines;
+  dopts.max_lines = cfg.dmesg_max_lines;
+  reg->add(std::make_shared<DmesgExecutor>(dopts));
+  RebootOptions ropts;
+  ropts.command = cfg.reboot_command;
+  ropts.delay = std::chrono::milliseconds(cfg.reboot_delay_ms);
+  reg->add(std::make_shared<RebootExecutor>(ropts));
+#ifdef FLEETLINK_AGENT_HAVE_SUITES
+  SuiteTable suites;
+  if (!cfg.suites.empty()) {
+    auto t = load_suites_file(cfg.suites);
+    if (!t) return make_error(Errc::invalid_argument, config_origin(cfg, "suites") + ": " + t.error().detail);
+    suites = std::move(*t);
+  }
+  reg->add(std::make_shared<SuiteExecutor>(std::move(suites)));
+#endif
+#ifdef FLEETLINK_AGENT_HAVE_PLUGINS
+  if (!cfg.plugin_dir.empty()) {
+    PluginHostInfo host;
+    host.agent_version = kVersion;
+    host.rig_id = cfg.rig_id;
+    host.config = cfg.plugin_config;
+    PluginLoader loader(host, [](PluginLogLevel lv, const std::string& line) {
+      if (lv == PluginLogLevel::warn)
+        FL_LOG(warn, line);
+      else
+        FL_LOG(info, line);
+    });
+    auto report = loader.load_dir(cfg.plugin_dir, reg->kinds());
+    for (auto& p : report.loaded) {
+      if (!reg->add(p.executor) && warnings)
+        warnings->push_back(config_origin(cfg, "plugin-dir") + ": " + p.file + ": kind '" + p.kind +
+                            "' already taken");
+    }
+    if (warnings)
+      for (auto& line : report.refused) warnings->push_back(config_origin(cfg, "plugin-dir") + ": " + line);
+  }
+#endif
+  return reg;
+}
+
+Expected<KindSet> allowed_kinds(const AgentConfig& cfg, const ExecutorRegistry& registry) {
+  const KindSet known = registry.kinds();
+  if (cfg.allow.empty()) return known;
+  KindSet out;
+  for (const auto& k : cfg.allow) {
+    if (!known.contains(k)) {
+      std::string list;
+      for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
+      return make_error(Errc::invalid_argument, config_origin(cfg, "allow") + ": unknown kind '" + k +
+                                                    "' (this agent has: " + list + ")");
+    }
+    out.insert(k);
+  }
+  return out;
+}
+
+msg::Result make_result(const std::string& cmd_id, Outcome o, std::uint64_t started_ms,
+                        std::uint64_t finished_ms, std::uint64_t stream_dropped) {
+  msg::Result r;
+  r.cmd_id = cmd_id;
+  r.status = o.status;
+  r.exit_code = o.exit_code;
+  r.signal = o.signal;
+  r.truncated = o.truncated;
+  r.dropped_bytes = o.dropped_bytes + stream_dropped;
+  if (o.output.size() > kMaxResultOutput) {
+    r.dropped_bytes += o.output.size() - kMaxResultOutput;
+    o.output.resize(kMaxResultOutput);
+    r.truncated = true;
+  }
+  r.output.assign(o.output.begin(), o.output.end());
+  r.started_at_ms = started_ms;
+  r.finished_at_ms = std::max(finished_ms, started_ms);
+  r.detail = std::move(o.detail);
+  return r;
+}
+
+// ------------------------------------------------------------------ Agent
+
+Agent::Agent(AgentConfig cfg) : cfg_(std::move(cfg)), link_(std::make_shared<Link>()) {}
+
+Agent::~Agent() {
+  {
+    std::lock_guard lk(link_->mu);
+    link_->agent = nullptr;
+    link_->session = nullptr;
+  }
+  running_.clear();
+  registry_.reset();  // executors wait for their children here
+}
+
+Expected<void> Agent::init() {
+  boot_id_ = uuid_v7().to_string();
+  state_dir_ = cfg_.state_dir;
+  std::error_code ec;
+  fs::create_directories(state_dir_, ec);
+  if (ec)
+    return make_error(Errc::io, config_origin(cfg_, "state-dir") + ": cannot create '" +
+                                    state_dir_.string() + "': " + ec.message());
+
+  results_ = std::make_unique<ResultStore>(state_dir_ / "results", cfg_.results_max);
+  if (auto ok = results_->load(); !ok) return ok.error();
+  spool_ = std::make_unique<Spool>(state_dir_ / "spool", cfg_.spool_max_results);
+  if (auto ok = spool_->load(); !ok) return ok.error();
+
+  dedup_path_ = state_dir_ / "dedup-window";
+  const auto max_age = std::chrono::hours(cfg_.dedup_max_age_h);
+  auto loaded = DedupWindow::load(dedup_path_, cfg_.dedup_max, max_age);
+  if (loaded) {
+    dedup_.emplace(std::move(*loaded));
+  } else {
+    // Keep the evidence, and rebuild what we can from the stored results so a
+    // reboot that already ran is still known.
+    const fs::path aside = dedup_path_.string() + ".corrupt-" + std::to_string(now_unix_ms());
+    fs::rename(dedup_path_, aside, ec);
+    FL_LOG(error, "dedup window " << dedup_path_.string() << " unreadable ("
+                                  << loaded.error().detail << "); moved to " << aside.string()
+                                  << ", rebuilt from stored results");
+    dedup_.emplace(cfg_.dedup_max, max_age);
+    const std::uint64_t now = now_unix_ms();
+    for (const auto& id : results_->ids()) dedup_->insert(id, now);
+    if (auto ok = dedup_->save(dedup_path_); !ok)
+      return make_error(Errc::io, config_origin(cfg_, "state-dir") + ": " + ok.error().detail);
+  }
+
+  std::vector<std::string> warnings;
+  auto reg = build_registry(cfg_, &warnings);
+  if (!reg) return reg.error();
+  registry_ = std::move(*reg);
+  for (const auto& w : warnings) FL_LOG(warn, w);
+  auto allowed = allowed_kinds(cfg_, *registry_);
+  if (!allowed) return allowed.error();
+  admission_ = std::make_unique<CommandAdmission>(registry_->kinds(), *allowed);
+
+  ClientSessionConfig sc;
+  sc.broker_urls = cfg_.brokers;
+  sc.cert_path = cfg_.cert;
+  sc.key_path = cfg_.key;
+  sc.ca_path = cfg_.ca;
+  sc.allow_plain = cfg_.allow_plain;
+  sc.hello.rig_id = cfg_.rig_id;
+  sc.hello.agent_version = kVersion;
+  sc.hello.boot_id = boot_id_;
+  sc.hello.labels = parse_labels(cfg_.labels);
+  sc.hello.kinds.assign(allowed->begin(), allowed->end());
+  sc.backoff.base = std::chrono::milliseconds(cfg_.backoff_base_ms);
+  sc.backoff.cap = std::chrono::milliseconds(cfg_.backoff_cap_ms);
+  sc.backoff.jitter = cfg_.jitter == "full" ? Jitter::full : Jitter::proportional;
+  sc.max_frame_bytes = cfg_.max_frame_bytes;
+  sc.strictness = cfg_.strict ? Strictness::strict : Strictness::lenient;
+
+  ClientSessionHandlers h;
+  h.on_welcome = [this](const msg::Welcome& w) { on_welcome(w); };
+  h.on_command = [this](const msg::Command& c) { on_command(c); };
+  h.on_cancel = [this](const msg::Cancel& c) { on_cancel(c); };
+  h.on_goaway = [](const msg::Goaway& g) {
+    FL_LOG(info, "goaway reason=" << g.reason << " reconnect_after_ms=" << g.reconnect_after_ms);
+  };
+  h.on_disconnected = [this](std::uint16_t code, std::string_view reason) {
+    on_disconnected(code, reason);
+  };
+  h.on_unsent = [this](std::vector<Message> unsent) { on_unsent(std::move(unsent)); };
+  h.on_message = [](const Message& m) { FL_LOG(debug, "ignoring " << type_name(m) << " from broker"); };
+  h.on_log = [](int level, std::string_view line) {
+    const LogLevel lv = from_syslog(level);
+    if (log_enabled(lv)) log_line(lv, line);
+  };
+  session_ = std::make_unique<ClientSession>(std::move(sc), std::move(h));
+  if (auto ok = session_->validate(); !ok) return ok.error();
+  {
+    std::lock_guard lk(link_->mu);
+    link_->agent = this;
+    link_->session = session_.get();
+  }
+  std::string kinds;
+  for (const auto& k : *allowed) kinds += (kinds.empty() ? "" : ",") + k;
+  FL_LOG(info, "fleetlink-agent " << kVersion << " rig=" << cfg_.rig_id << " boot_id=" << boot_id_
+                                  << " kinds=" << kinds << " state_dir=" << state_dir_.string()
+                                  << " dedup=" << dedup_->size() << " spooled=" << spool_->size());
+  return {};
+}
+
+int Agent::run() { return session_ ? session_->run() : 1; }
+
+void Agent::stop() {
+  if (session_) session_->stop();
+}
+
+void Agent::on_welcome(const msg::Welcome& w) {
+  welcomed_ = true;
+  admission_->new_connection();
+  FL_LOG(info, "welcome broker=" << w.broker_id << " session=" << w.session_id
+                                 << " url=" << session_->current_url());
+  flush_spool();
+}
+
+void Agent::on_disconnected(std::uint16_t code, std::string_view reason) {
+  const bool was = welcomed_;
+  welcomed_ = false;
+  if (was || code != 0)
+    FL_LOG(warn, "disconnected code=" << code << " (" << close_code_name(code) << ") reason=" << reason);
+  else
+    FL_LOG(debug, "connect attempt failed: " << reason);
+}
+
+void Agent::on_unsent(std::vector<Message> unsent) {
+  for (auto& m : unsent)
+    if (auto* r = std::get_if<msg::Result>(&m)) spool(*r);
+}
+
+void Agent::spool(const msg::Result& r) {
+  auto pushed = spool_->push(r);
+  if (!pushed) {
+    FL_LOG(error, "cannot spool result cmd=" << r.cmd_id << ": " << pushed.error().detail);
+    return;
+  }
+  if (*pushed)
+    FL_LOG(warn, "spool full (" << spool_->max() << "): dropped the oldest result cmd=" << **pushed);
+  FL_LOG(info, "result spooled cmd=" << r.cmd_id << " status=" << fleetlink::to_string(r.status)
+                                     << " spooled=" << spool_->size());
+}
+
+void Agent::flush_spool() {
+  if (spool_->size() == 0) return;
+  std::size_t sent = 0;
+  for (auto& [id, r] : spool_->pending()) {
+    if (!session_->send(Message{r})) break;
+    spool_->remove(id);
+    ++sent;
+    FL_LOG(info, "result sent from spool cmd=" << r.cmd_id << " status=" << fleetlink::to_string(r.status));
+  }
+  FL_LOG(info, "spool flushed sent=" << sent << " left=" << spool_->size());
+}
+
+void Agent::deliver(const msg::Result& r) {
+  if (welcomed_ && session_->send(Message{r})) {
+    FL_LOG(info, "result cmd=" << r.cmd_id << " status=" << fleetlink::to_string(r.status) << " exit="
+                               << r.exit_code << " bytes=" << r.output.size()
+                               << (r.truncated ? " truncated" : ""));
+    return;
+  }
+  spool(r);
+}
+
+void Agent::on_command(const msg::Command& c) {
+  const std::uint64_t now = now_unix_ms();
+  AdmissionDecision d = admission_->decide(c, *dedup_, now);
+  switch (d.action) {
+    case Admission::ignore:
+      FL_LOG(warn, "command ignored seq=" << c.seq << " cmd=" << c.cmd_id << ": " << d.why);
+      return;
+    case Admission::nack:
+      session_->send(Message{d.nack});
+      FL_LOG(warn, "nack seq=" << c.seq << " cmd=" << c.cmd_id << " kind=" << c.kind
+                               << " reason=" << fleetlink::to_string(d.nack.reason) << ": " << d.why);
+      if (d.reconnect) {
+        FL_LOG(warn, "sequence gap: expected seq " << d.nack.expected_seq << ", got " << c.seq
+                                                   << "; reconnecting (close 4412)");
+        session_->reconnect(CloseCode::seq_gap, "seq gap: expected " +
+                                                    std::to_string(d.nack.expected_seq) + " got " +
+                                                    std::to_string(c.seq));
+      }
+      return;
+    case Admission::duplicate: {
+      session_->send(Message{d.ack});
+      auto stored = results_->get(c.cmd_id);
+      FL_LOG(info, "ack seq=" << c.seq << " cmd=" << c.cmd_id << " duplicate=true"
+                              << (stored ? " (replaying its result)" : running_.contains(c.cmd_id) ? " (still running)" : " (result no longer kept)"));
+      if (stored) deliver(*stored);
+      return;
+    }
+    case Admission::run:
+      start_command(c, now);
+      return;
+  }
+}
+
+void Agent::start_command(const msg::Command& c, std::uint64_t now) {
+  // Record the cmd_id durably before anything is acknowledged or run: whatever
+  // happens next (crash, reboot), this command must never run a second time.
+  dedup_->insert(c.cmd_id, now);
+  auto saved = dedup_->save(dedup_path_);
+  if (!saved) {
+    FL_LOG(error, "cannot persist dedup window " << dedup_path_.string() << ": "
+                                                 << saved.error().detail);
+    if (c.kind == "reboot") {
+      session_->send(Message{msg::Ack{c.seq, c.cmd_id, false}});
+      Outcome o;
+      o.status = msg::Status::failed;
+      o.exit_code = 1;
+      o.detail = "not rebooting: cannot record cmd_id durably: " + saved.error().detail;
+      command_finished(c.cmd_id, std::move(o), now, 0);
+      return;
+    }
+  }
+  session_->send(Message{msg::Ack{c.seq, c.cmd_id, false}});
+  FL_LOG(info, "ack seq=" << c.seq << " cmd=" << c.cmd_id << " kind=" << c.kind);
+  Executor* e = registry_->find(c.kind);
+  running_[c.cmd_id] = e;
+  CommandContext ctx{c.cmd_id, c.kind, c.args};
+  auto reporter = std::make_shared<CommandReporter>(link_, c.cmd_id, now);
+  try {
+    e->start(ctx, reporter);
+  } catch (const std::exception& ex) {
+    Outcome o;
+    o.status = msg::Status::failed;
+    o.exit_code = 1;
+    o.detail = std::string("executor failed to start: ") + ex.what();
+    reporter->finish(std::move(o));
+  } catch (...) {
+    Outcome o;
+    o.status = msg::Status::failed;
+    o.exit_code = 1;
+    o.detail = "executor failed to start";
+    reporter->finish(std::move(o));
+  }
+}
+
+void Agent::command_finished(const std::string& cmd_id, Outcome outcome, std::uint64_t started_ms,
+                             std::uint64_t stream_dropped) {
+  running_.erase(cmd_id);
+  msg::Result r = make_result(cmd_id, std::move(outcome), started_ms, now_unix_ms(), stream_dropped);
+  if (auto ok = results_->put(r); !ok)
+    FL_LOG(warn, "result of cmd=" << cmd_id << " not stored for replays: " << ok.error().detail);
+  deliver(r);
+}
+
+void Agent::on_cancel(const msg::Cancel& c) {
+  auto it = running_.find(c.cmd_id);
+  if (it == running_.end() || it->second == nullptr) {
+    FL_LOG(info, "cancel cmd=" << c.cmd_id << ": not running");
+    return;
+  }
+  FL_LOG(info, "cancel cmd=" << c.cmd_id);
+  try {
+    it->second->cancel(c.cmd_id);
+  } catch (...) {
+    FL_LOG(error, "cancel cmd=" << c.cmd_id << ": executor threw");
+  }
+}
+
+}  // namespace fleetlink::agent

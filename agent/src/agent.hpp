@@ -1,0 +1,85 @@
+#pragma once
+// The agent core: one ClientSession to the broker, command admission (seq,
+// allow list, dedup), the executors, and the durable state under --state-dir:
+//   dedup-window      cmd_ids already run (fsync'd before each ACK)
+//   results/          the last RESULTs by cmd_id, replayed for redelivered commands
+//   spool/            RESULTs finished while disconnected, sent after the next WELCOME
+// Everything here runs on the session's loop thread; executors report from their
+// own threads through a Reporter that marshals into that loop.
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "admission.hpp"
+#include "config.hpp"
+#include "executor_registry.hpp"
+#include "fleetlink/client_session.hpp"
+#include "fleetlink/dedup_window.hpp"
+#include "result_store.hpp"
+
+namespace fleetlink::agent {
+
+std::uint64_t now_unix_ms();
+
+// The executors this configuration provides (built-ins, suites, plugins).
+// Errors are configuration errors (a broken suites file...).
+Expected<std::shared_ptr<ExecutorRegistry>> build_registry(const AgentConfig& cfg,
+                                                           std::vector<std::string>* warnings);
+// The kinds that may run: --allow (each must be known), or every known kind.
+Expected<KindSet> allowed_kinds(const AgentConfig& cfg, const ExecutorRegistry& registry);
+
+// Turns an executor's Outcome into the RESULT frame (caps the output).
+msg::Result make_result(const std::string& cmd_id, Outcome outcome, std::uint64_t started_ms,
+                        std::uint64_t finished_ms, std::uint64_t stream_dropped);
+
+class Agent {
+ public:
+  explicit Agent(AgentConfig cfg);
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // Prepares state and executors; an error here is fatal (bad config/state).
+  Expected<void> init();
+  int run();
+  void stop();  // thread-safe
+  const std::string& boot_id() const noexcept { return boot_id_; }
+
+  // Called on the loop thread by reporters.
+  void command_finished(const std::string& cmd_id, Outcome outcome, std::uint64_t started_ms,
+                        std::uint64_t stream_dropped);
+
+  struct Link;  // what reporters hold: outlives the agent safely
+
+ private:
+  void on_welcome(const msg::Welcome& w);
+  void on_command(const msg::Command& c);
+  void on_cancel(const msg::Cancel& c);
+  void on_disconnected(std::uint16_t code, std::string_view reason);
+  void on_unsent(std::vector<Message> unsent);
+  void deliver(const msg::Result& r);
+  void spool(const msg::Result& r);
+  void flush_spool();
+  void start_command(const msg::Command& c, std::uint64_t now_ms);
+
+  AgentConfig cfg_;
+  std::string boot_id_;
+  std::filesystem::path state_dir_;
+  std::filesystem::path dedup_path_;
+  std::shared_ptr<ExecutorRegistry> registry_;
+  std::unique_ptr<CommandAdmission> admission_;
+  std::optional<DedupWindow> dedup_;
+  std::unique_ptr<ResultStore> results_;
+  std::unique_ptr<Spool> spool_;
+  std::unique_ptr<ClientSession> session_;
+  std::shared_ptr<Link> link_;
+  std::map<std::string, Executor*, std::less<>> running_;
+  bool welcomed_ = false;
+};
+
+}  // namespace fleetlink::agent

@@ -1,0 +1,154 @@
+// fleetlink-agent configuration: flags, config file, validation messages.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "config.hpp"
+
+using namespace fleetlink::agent;
+namespace fs = std::filesystem;
+
+namespace {
+struct Lab {
+  Lab() {
+    std::random_device rd;
+    dir = fs::temp_directory_path() / ("fleetlink-agent-config-" + std::to_string(rd()));
+    fs::create_directories(dir);
+    const std::string ca = std::string(FLEETLINK_SOURCE_DIR) + "/packaging/fleetlink-lab-ca";
+    const std::string d = (dir / "ca").string();
+    ok = std::system((ca + " init " + d + " >/dev/null 2>&1 && " + ca + " rig " + d +
+                      " rig-a rig-b >/dev/null 2>&1").c_str()) == 0;
+  }
+  ~Lab() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  std::string p(const std::string& name) const { return (dir / "ca" / name).string(); }
+  fs::path dir;
+  bool ok = false;
+};
+
+ParseOutcome parse(std::vector<std::string> args) {
+  std::vector<const char*> argv{"fleetlink-agent"};
+  for (auto& a : args) argv.push_back(a.c_str());
+  return parse_command_line(static_cast<int>(argv.size()), argv.data());
+}
+
+bool any_contains(const std::vector<std::string>& v, const std::string& needle) {
+  for (auto& s : v)
+    if (s.find(needle) != std::string::npos) return true;
+  return false;
+}
+}  // namespace
+
+TEST_CASE("flags fill the config; repeatable flags accumulate") {
+  auto o = parse({"--broker", "wss://a:1/agent", "--broker", "wss://b:2/agent", "--rig-id", "r1",
+                  "--allow", "dmesg", "--label", "site=lab1", "--dmesg-max-lines", "77",
+                  "--jitter", "full", "--strict"});
+  REQUIRE(o.status == ParseStatus::run);
+  CHECK(o.config.brokers.size() == 2);
+  CHECK(o.config.rig_id == "r1");
+  CHECK(o.config.allow == std::vector<std::string>{"dmesg"});
+  CHECK(o.config.dmesg_max_lines == 77);
+  CHECK(o.config.jitter == "full");
+  CHECK(o.config.strict);
+  CHECK(o.config.state_dir == "/var/lib/fleetlink");
+}
+
+TEST_CASE("--version exits 0 with the version; bad values exit 2") {
+  auto v = parse({"--version"});
+  CHECK(v.status == ParseStatus::exit);
+  CHECK(v.exit_code == 0);
+  CHECK(v.output.find("fleetlink-agent") != std::string::npos);
+  auto bad = parse({"--jitter", "sideways"});
+  CHECK(bad.status == ParseStatus::exit);
+  CHECK(bad.exit_code == 2);
+  auto nan = parse({"--dmesg-max-lines", "lots"});
+  CHECK(nan.exit_code == 2);
+}
+
+TEST_CASE("an explicitly named config file must exist; keys in it are read") {
+  auto missing = parse({"--config", "/nonexistent/agent.conf"});
+  CHECK(missing.status == ParseStatus::exit);
+  CHECK(missing.exit_code == 2);
+  CHECK(missing.output.find("/nonexistent/agent.conf") != std::string::npos);
+
+  Lab lab;
+  const auto file = lab.dir / "agent.conf";
+  {
+    std::ofstream out(file);
+    out << "rig-id = rig-a\nbroker = wss://127.0.0.1:9/agent\nstate-dir = " << (lab.dir / "state").string()
+        << "\ndmesg-max-lines = 42\nallow = [\"dmesg\", \"reboot\"]\n";
+  }
+  auto o = parse({"--config", file.string()});
+  REQUIRE(o.status == ParseStatus::run);
+  CHECK(o.config.rig_id == "rig-a");
+  CHECK(o.config.dmesg_max_lines == 42);
+  CHECK(o.config.allow == std::vector<std::string>{"dmesg", "reboot"});
+  CHECK(o.config.config_file == file.string());
+  // Errors name the file and the key.
+  CHECK(config_origin(o.config, "rig-id") == file.string() + ": key 'rig-id'");
+
+  {
+    std::ofstream out(file, std::ios::trunc);
+    out << "rig-idd = typo\n";
+  }
+  auto typo = parse({"--config", file.string()});
+  CHECK(typo.exit_code == 2);
+}
+
+TEST_CASE("validation explains every problem with its key") {
+  AgentConfig c;
+  c.brokers = {"http://x/agent", "ws://10.0.0.1:80/agent"};
+  c.state_dir = "/etc/hostname/state";  // under a file: cannot be created (even as root)
+  c.labels = {"nokey"};
+  c.plugin_dir = "/nonexistent-plugins";
+  c.backoff_base_ms = 100;
+  c.backoff_cap_ms = 10;
+  c.from_command_line = {"broker", "rig-id"};
+  auto r = validate_config(c);
+  CHECK_FALSE(r.ok());
+  CHECK(any_contains(r.errors, "--rig-id: missing"));
+  CHECK(any_contains(r.errors, "--broker: 'http://x/agent'"));
+  CHECK(any_contains(r.errors, "ws://10.0.0.1:80/agent"));
+  CHECK(any_contains(r.errors, "state-dir"));
+  CHECK(any_contains(r.errors, "label"));
+  CHECK(any_contains(r.errors, "plugin-dir"));
+  CHECK(any_contains(r.errors, "backoff-cap-ms"));
+
+  c.allow_plain = true;
+  c.brokers = {"ws://127.0.0.1:80/agent"};
+  c.rig_id = "r1";
+  c.state_dir = (fs::temp_directory_path() / "fleetlink-agent-config-state").string();
+  c.labels = {"k=v"};
+  c.plugin_dir.clear();
+  c.backoff_cap_ms = 1000;
+  auto ok = validate_config(c);
+  CHECK(ok.ok());
+  fs::remove_all(c.state_dir);
+}
+
+TEST_CASE("certificate checks: readable, key matches, identity is the rig id, signed by the CA") {
+  Lab lab;
+  REQUIRE(lab.ok);
+  std::string which;
+  CHECK(check_certificate_files(lab.p("rig-a.crt"), lab.p("rig-a.key"), lab.p("ca.crt"), "rig-a", which) == "");
+  auto wrong_id = check_certificate_files(lab.p("rig-a.crt"), lab.p("rig-a.key"), lab.p("ca.crt"), "rig-b", which);
+  CHECK(which == "rig-id");
+  CHECK(wrong_id.find("4401") != std::string::npos);
+  auto wrong_key = check_certificate_files(lab.p("rig-a.crt"), lab.p("rig-b.key"), lab.p("ca.crt"), "rig-a", which);
+  CHECK(which == "key");
+  CHECK(wrong_key.find("not the private key") != std::string::npos);
+  auto missing = check_certificate_files(lab.p("nope.crt"), lab.p("rig-a.key"), lab.p("ca.crt"), "rig-a", which);
+  CHECK(which == "cert");
+  CHECK(missing.find("does not exist") != std::string::npos);
+  // A certificate from another CA does not verify.
+  Lab other;
+  REQUIRE(other.ok);
+  auto foreign = check_certificate_files(other.p("rig-a.crt"), other.p("rig-a.key"), lab.p("ca.crt"), "rig-a", which);
+  CHECK(which == "cert");
+  CHECK(foreign.find("does not verify") != std::string::npos);
+}
