@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <csignal>
 #include <cstring>
@@ -84,6 +85,17 @@ std::optional<CertIdentity> identity_of_cert(X509* cert) {
     GENERAL_NAMES_free(sans);
   }
   return id;
+}
+
+// lws_add_http_header_status() writes "HTTP/1.0" here: at CONFIRM_UPGRADE the
+// request's version is not recorded yet. WebSocket clients (RFC 6455 4.1)
+// expect an HTTP/1.1 answer, so the status line is written by hand.
+int add_status_line(int code, const char* text, unsigned char** p, unsigned char* end) {
+  int n = std::snprintf(reinterpret_cast<char*>(*p), static_cast<std::size_t>(end - *p), "HTTP/1.1 %d %s\r\n",
+                        code, text);
+  if (n < 0 || n >= end - *p) return 1;
+  *p += n;
+  return 0;
 }
 
 }  // namespace
@@ -349,7 +361,7 @@ int Broker::on_confirm_upgrade(lws* wsi) {
   unsigned char* end = buf + sizeof buf - 1;
   if (std::strcmp(uri, "/agent") != 0) {
     FL_DEBUG("upgrade refused: path %s", uri);
-    if (lws_add_http_header_status(wsi, HTTP_STATUS_NOT_FOUND, &p, end) ||
+    if (add_status_line(HTTP_STATUS_NOT_FOUND, "Not Found", &p, end) ||
         lws_add_http_header_content_length(wsi, 0, &p, end) ||
         lws_finalize_write_http_header(wsi, start, &p, end))
       return -1;
@@ -364,7 +376,7 @@ int Broker::on_confirm_upgrade(lws* wsi) {
   std::uniform_int_distribution<std::uint32_t> jitter(cfg_.retry_after_min_s, cfg_.retry_after_max_s);
   std::string retry = std::to_string(jitter(rng_));
   FL_DEBUG("upgrade refused: %s, Retry-After %s", drain_.active ? "draining" : "accept rate", retry.c_str());
-  if (lws_add_http_header_status(wsi, HTTP_STATUS_SERVICE_UNAVAILABLE, &p, end) ||
+  if (add_status_line(HTTP_STATUS_SERVICE_UNAVAILABLE, "Service Unavailable", &p, end) ||
       lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_RETRY_AFTER,
                                    reinterpret_cast<const unsigned char*>(retry.data()),
                                    static_cast<int>(retry.size()), &p, end) ||
@@ -396,12 +408,9 @@ int Broker::on_receive(Connection& c, const std::uint8_t* in, std::size_t len) {
       on_frame(c, frame);
     }
   }
-  if (c.phase == ConnPhase::closing && c.close_code != 0) {
-    lws_close_reason(c.wsi, static_cast<lws_close_status>(c.close_code),
-                     reinterpret_cast<unsigned char*>(c.close_reason.data()),
-                     std::min<std::size_t>(c.close_reason.size(), 123));
-    return -1;
-  }
+  // Closing from inside this connection's own receive callback: return -1 now
+  // (the close reason is already set, lws sends it).
+  if (c.phase == ConnPhase::closing) return -1;
   return 0;
 }
 
@@ -622,7 +631,8 @@ void Broker::on_output(Connection& c, const msg::OutputChunk& chunk) {
 }
 
 bool Broker::more_to_write(const Connection& c) const noexcept {
-  return c.close_code != 0 || c.want_ping || c.want_welcome || !c.cancels.empty() ||
+  if (c.phase == ConnPhase::closing) return false;
+  return c.want_ping || c.want_welcome || !c.cancels.empty() ||
          c.outbox.has_unsent() || c.want_goaway;
 }
 
@@ -637,13 +647,7 @@ int Broker::write_frame(Connection& c, const Message& m) {
 }
 
 int Broker::on_writeable(Connection& c) {
-  if (c.close_code != 0) {
-    lws_close_reason(c.wsi, static_cast<lws_close_status>(c.close_code),
-                     reinterpret_cast<unsigned char*>(c.close_reason.data()),
-                     std::min<std::size_t>(c.close_reason.size(), 123));
-    return -1;
-  }
-  if (c.phase == ConnPhase::closing) return 0;
+  if (c.phase == ConnPhase::closing) return 0;  // lws itself sends the close frame
   if (c.want_ping) {
     c.want_ping = false;
     unsigned char ping[LWS_PRE + 1];
@@ -699,9 +703,19 @@ void Broker::request_close(Connection& c, CloseCode code, std::string reason) {
           peer_of(c.wsi).c_str(), c.close_code, std::string(close_code_name(c.close_code)).c_str(),
           c.close_reason.c_str());
   unregister(c);
-  lws_callback_on_writable(c.wsi);
-  // Backstop: a peer that never lets us write (zero window) is cut after a few seconds.
-  lws_set_timeout(c.wsi, PENDING_TIMEOUT_USER_OK, 3);
+  // Why not "return -1 from SERVER_WRITEABLE": Debian's lws 4.1.6 is a _DEBUG
+  // build, and with libuv its close_and_handled path closes a second time
+  // ("uv repeat test"), which kills the socket before the close frame goes out.
+  // An async kill takes lws's polite path (close frame with our code, then wait
+  // for the ack, bounded by lws at 5 s, also for a peer that stopped reading) only
+  // for the HTTP_KEEPALIVE_IDLE reason: every other timeout is a "violent death"
+  // in 4.1.6 (wsi-timeout.c sets socket_is_permanently_unusable).
+  lws_close_reason(c.wsi, static_cast<lws_close_status>(c.close_code),
+                   reinterpret_cast<unsigned char*>(c.close_reason.data()), c.close_reason.size());
+  lws_set_timeout(c.wsi, PENDING_TIMEOUT_HTTP_KEEPALIVE_IDLE, LWS_TO_KILL_ASYNC);
+  // Called from our own timers, lws would only look at its timer list on its next
+  // wake-up: wake it now (the event pipe) so the async kill runs at once.
+  lws_cancel_service(context_);
 }
 
 void Broker::unregister(Connection& c) {
