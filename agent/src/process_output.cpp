@@ -62,7 +62,9 @@ Outcome outcome_from_run(const RunResult& run, const OutputCollector& output,
   Outcome o;
   o.output = output.tail().str();
   o.truncated = output.tail().truncated();
-  o.dropped_bytes = output.dropped_bytes();
+  // Bytes the Reporter refused are counted by the Reporter itself (see
+  // Reporter::output); counting them here too would report them twice.
+  o.dropped_bytes = 0;
   o.signal = run.signal;
   o.exit_code = run.signal != 0 ? 128 + run.signal : run.exit_code;
   const std::string name(what);
@@ -83,10 +85,6 @@ Outcome outcome_from_run(const RunResult& run, const OutputCollector& output,
   } else {
     o.status = msg::Status::failed;
     o.detail = name + " failed with " + ended;
-  }
-  if (o.dropped_bytes > 0) {
-    if (!o.detail.empty()) o.detail += "; ";
-    o.detail += std::to_string(o.dropped_bytes) + " bytes of streamed output dropped";
   }
   return o;
 }

@@ -49,7 +49,8 @@ class OutputCollector {
 
 // The Outcome of a finished run: status from how it ended, output from the tail.
 //  exit 0 -> ok; exit N -> failed; signal S -> failed with signal=S and exit_code=128+S;
-//  timeout -> timeout; cancel -> cancelled.
+//  timeout -> timeout; cancel -> cancelled. dropped_bytes stays 0: bytes the
+//  Reporter refused are its own count (Reporter::output's contract).
 Outcome outcome_from_run(const RunResult& run, const OutputCollector& output,
                          std::string_view what);
 

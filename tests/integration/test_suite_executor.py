@@ -1,0 +1,204 @@
+"""Regression suites through a real agent (issue 5 point 4).
+
+A suite that hangs is killed at its timeout (whole process group); a suite that
+writes 100 MB keeps the agent's memory bounded and its result says truncated /
+dropped; a failing suite reports its exit code. Cancel is driven by a small
+fake broker speaking the wire protocol (the control API has no cancel route),
+so the CANCEL frame reaches a real agent exactly as a broker would send it.
+"""
+import asyncio
+import json
+import os
+import time
+import unittest
+
+import msgpack
+import websockets
+
+import harness
+from broker_rawclient import uuid7
+
+BIG_BYTES = 100 * 1024 * 1024
+
+
+def vm_kb(pid, key):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def pid_dead(pid, timeout=5.0):
+    def gone():
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except FileNotFoundError:
+            return True
+        return stat[stat.rindex(")") + 2] in "ZX"
+    return harness.wait_for(gone, timeout, what=f"pid {pid} gone")
+
+
+class SuiteLab:
+    def __init__(self, lab):
+        self.lab = lab
+        self.pidfile = lab.path("hang.pid")
+        self.suites = {
+            "pass": {"argv": ["/bin/sh", "-c", "echo suite $SUITE_NAME; exit 0"],
+                     "env": {"SUITE_NAME": "pass"}, "cwd": lab.dir},
+            "fail": {"argv": ["/bin/sh", "-c", "echo failing; exit 3"]},
+            # Ignores TERM in a grandchild, so the kill sequence must reach SIGKILL.
+            "hang": {"argv": ["/bin/sh", "-c",
+                              f"sh -c 'trap \"\" TERM; echo $$ > {self.pidfile}; "
+                              "while :; do sleep 1; done' & echo started; wait"],
+                     "timeout_s": 2, "kill_grace_s": 1},
+            "long": {"argv": ["/bin/sh", "-c", "echo started; exec sleep 600"],
+                     "timeout_s": 600, "kill_grace_s": 2},
+            "big": {"argv": ["/bin/sh", "-c",
+                             f"yes fleetlink-suite-output-line | head -c {BIG_BYTES}; echo END"],
+                    "timeout_s": 120},
+        }
+        self.path = lab.path("suites.json")
+        with open(self.path, "w") as f:
+            json.dump({"suites": self.suites}, f)
+
+
+class SuiteThroughBrokerTest(harness.LabTestCase):
+    def setUp(self):
+        super().setUp()
+        self.suites = SuiteLab(self.lab)
+        self.broker = self.lab.broker()
+        self.agent = self.lab.agent("rig-suite", self.broker, suites=self.suites.path)
+        self.broker.wait_rigs(["rig-suite"])
+
+    def test_pass_and_fail(self):
+        ok = self.broker.run("rig-suite", "suite", {"suite": "pass"})
+        self.assertEqual(ok["result"]["status"], "ok", ok)
+        self.assertEqual(ok["result"]["exit_code"], 0)
+        self.assertEqual(ok["result"]["output"], "suite pass\n")
+        bad = self.broker.run("rig-suite", "suite", {"suite": "fail"})
+        self.assertEqual(bad["result"]["status"], "failed", bad)
+        self.assertEqual(bad["result"]["exit_code"], 3)
+        unknown = self.broker.run("rig-suite", "suite", {"suite": "nope"})
+        self.assertEqual(unknown["result"]["status"], "failed", unknown)
+        self.assertIn("unknown suite 'nope'", unknown["result"]["detail"])
+
+    def test_hanging_suite_is_killed_at_its_timeout(self):
+        t0 = time.monotonic()
+        cmd = self.broker.run("rig-suite", "suite", {"suite": "hang"}, timeout=20)
+        took = time.monotonic() - t0
+        res = cmd["result"]
+        self.assertEqual(res["status"], "timeout", res)
+        self.assertGreaterEqual(took, 1.9)
+        self.assertLess(took, 10)
+        self.assertEqual(res["output"], "started\n")
+        # The grandchild that ignored SIGTERM is gone too (SIGKILL to the group).
+        with open(self.suites.pidfile) as f:
+            grandchild = int(f.read().strip())
+        self.assertTrue(pid_dead(grandchild))
+        self.assertTrue(self.agent.alive())
+
+    def test_100_mb_suite_keeps_agent_memory_bounded(self):
+        pid = self.agent.pid
+        hwm_before = vm_kb(pid, "VmHWM")
+        cmd = self.broker.run("rig-suite", "suite", {"suite": "big"}, timeout=120)
+        res = cmd["result"]
+        hwm_after = vm_kb(pid, "VmHWM")
+        rss_after = vm_kb(pid, "VmRSS")
+        print(f"\nagent VmHWM {hwm_before} kB -> {hwm_after} kB, VmRSS {rss_after} kB; "
+              f"truncated={res['truncated']} dropped={res['dropped_bytes']} "
+              f"streamed={cmd.get('streamed_bytes')}")
+        self.assertEqual(res["status"], "ok", {k: v for k, v in res.items() if k != "output"})
+        self.assertTrue(res["truncated"])
+        self.assertLessEqual(len(res["output"].encode()), 64 * 1024)
+        self.assertTrue(res["output"].endswith("END\n"))
+        # 100 MB went through; the agent grew by far less than that.
+        self.assertLess(hwm_after - hwm_before, 48 * 1024)
+        # Every byte was either streamed or counted as dropped.
+        # Every byte was either streamed or counted as dropped, and none twice.
+        if "streamed_bytes" in cmd:
+            self.assertGreaterEqual(cmd["streamed_bytes"] + res["dropped_bytes"], BIG_BYTES)
+            self.assertLessEqual(cmd["streamed_bytes"] + res["dropped_bytes"], BIG_BYTES + 64)
+
+
+class FakeBroker:
+    """Just enough broker for one command and its cancel, over plain ws on loopback."""
+
+    def __init__(self):
+        self.events = asyncio.Queue()
+        self.ws = None
+        self.server = None
+        self.port = None
+
+    async def start(self):
+        self.server = await websockets.serve(self._handler, "127.0.0.1", 0,
+                                             subprotocols=["fleetlink.v1"], max_size=4 << 20,
+                                             ping_interval=None)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def _handler(self, ws, path=None):
+        self.ws = ws
+        try:
+            async for data in ws:
+                await self.events.put(msgpack.unpackb(data, raw=False))
+        except websockets.ConnectionClosed:
+            pass
+
+    async def send(self, t, **fields):
+        m = {"v": 1, "t": t}
+        m.update(fields)
+        await self.ws.send(msgpack.packb(m, use_bin_type=True))
+
+    async def next(self, t, timeout=15.0):
+        """The next frame of type t (other frames are skipped, kept in self.seen)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no {t} frame within {timeout}s")
+            m = await asyncio.wait_for(self.events.get(), left)
+            if m.get("t") == t:
+                return m
+
+    async def stop(self):
+        self.server.close()
+        await self.server.wait_closed()
+
+
+class SuiteCancelTest(harness.LabTestCase):
+    def test_cancel_stops_a_running_suite(self):
+        suites = SuiteLab(self.lab)
+
+        async def scenario():
+            fake = FakeBroker()
+            await fake.start()
+            self.agent = self.lab.agent("rig-cancel", f"ws://127.0.0.1:{fake.port}/agent",
+                                        suites=suites.path, allow_plain=True)
+            hello = await fake.next("hello")
+            self.assertEqual(hello["rig_id"], "rig-cancel")
+            self.assertIn("suite", hello["kinds"])
+            await fake.send("welcome", broker_id="fake", session_id=uuid7(),
+                            ping_interval_ms=60000, max_frame_bytes=131072)
+            cmd_id = uuid7()
+            await fake.send("command", seq=1, cmd_id=cmd_id, kind="suite",
+                            args={"suite": "long"}, issued_at_ms=int(time.time() * 1000))
+            ack = await fake.next("ack")
+            self.assertEqual(ack["cmd_id"], cmd_id)
+            out = await fake.next("output")
+            self.assertEqual(out["data"], b"started\n")
+            t0 = time.monotonic()
+            await fake.send("cancel", cmd_id=cmd_id)
+            result = await fake.next("result")
+            took = time.monotonic() - t0
+            await fake.stop()
+            return result, took
+
+        result, took = asyncio.run(asyncio.wait_for(scenario(), 60))
+        self.assertEqual(result["status"], "cancelled", result)
+        self.assertLess(took, 5)
+        self.assertTrue(self.agent.alive())
+
+
+if __name__ == "__main__":
+    unittest.main()
