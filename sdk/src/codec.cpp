@@ -11,7 +11,11 @@
 // the frame's own size or recurse deeply.
 #include "fleetlink/codec.hpp"
 
+// msgpack is an implementation detail of libfleetlink: keep its inline functions and
+// template instantiations out of the shared library's exported symbols.
+#pragma GCC visibility push(hidden)
 #include <msgpack.hpp>
+#pragma GCC visibility pop
 
 #include <algorithm>
 #include <array>

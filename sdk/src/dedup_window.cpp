@@ -14,7 +14,6 @@
 #include <charconv>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
 namespace fleetlink {
 namespace {
