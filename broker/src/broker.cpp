@@ -650,8 +650,12 @@ int Broker::on_writeable(Connection& c) {
   if (c.phase == ConnPhase::closing) return 0;  // lws itself sends the close frame
   if (c.want_ping) {
     c.want_ping = false;
-    unsigned char ping[LWS_PRE + 1];
-    if (lws_write(c.wsi, ping + LWS_PRE, 0, LWS_WRITE_PING) < 0) return -1;
+    // A non-empty payload on purpose: lws 4.1.6 drops zero-length PONGs before
+    // LWS_CALLBACK_RECEIVE_PONG, so an empty PING's answer would never be seen.
+    unsigned char ping[LWS_PRE + 4];
+    std::uint32_t stamp = mono_ms();
+    std::memcpy(ping + LWS_PRE, &stamp, sizeof stamp);
+    if (lws_write(c.wsi, ping + LWS_PRE, sizeof stamp, LWS_WRITE_PING) < 0) return -1;
     ++metrics_.pings_sent;
   } else if (c.want_welcome) {
     c.want_welcome = false;
