@@ -257,14 +257,14 @@ const char* wire_type(const std::vector<std::string>&) { return "array of str"; 
 const char* wire_type(msg::NackReason) { return "nack reason string"; }
 const char* wire_type(msg::Status) { return "status string"; }
 
-// The top-level map's entries by key (keys already checked to be unique strings).
+// The top-level map's entries, sorted by key so that duplicate keys are found and
+// lookups are cheap even for a hostile frame with a thousand unknown keys.
 struct TopLevel {
   std::vector<std::pair<std::string_view, const msgpack::object*>> entries;
   const msgpack::object* find(std::string_view key) const {
-    for (const auto& [k, v] : entries) {
-      if (k == key) return v;
-    }
-    return nullptr;
+    const auto it = std::lower_bound(entries.begin(), entries.end(), key,
+                                     [](const auto& e, std::string_view k) { return e.first < k; });
+    return it != entries.end() && it->first == key ? it->second : nullptr;
   }
 };
 
@@ -460,11 +460,18 @@ Expected<Message> decode_object(const msgpack::object& root) {
     if (kv.key.type != msgpack::type::STR) {
       return make_error(Errc::malformed, "map key is not a string");
     }
-    const std::string_view key(kv.key.via.str.ptr, kv.key.via.str.size);
-    if (top.find(key) != nullptr) {
-      return make_error(Errc::malformed, "duplicate key " + std::string(key.substr(0, 64)));
-    }
-    top.entries.emplace_back(key, &kv.val);
+    top.entries.emplace_back(std::string_view(kv.key.via.str.ptr, kv.key.via.str.size),
+                             &kv.val);
+  }
+  std::sort(top.entries.begin(), top.entries.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  const auto dup = std::adjacent_find(
+      top.entries.begin(), top.entries.end(),
+      [](const auto& a, const auto& b) { return a.first == b.first; });
+  if (dup != top.entries.end()) {
+    std::string shown(dup->first.substr(0, 64));
+    if (!valid_utf8(shown)) shown = "(not UTF-8)";
+    return make_error(Errc::malformed, "duplicate key " + shown);
   }
 
   const msgpack::object* v = top.find("v");
@@ -492,8 +499,9 @@ Expected<Message> decode_object(const msgpack::object& root) {
 }  // namespace
 
 Bytes encode(const Message& m) {
+  const std::size_t index = m.index();
   return std::visit(
-      [](const auto& body) {
+      [index](const auto& body) {
         FieldCounter counter;
         visit_fields(body, counter);
         msgpack::sbuffer buf;
@@ -502,7 +510,7 @@ Bytes encode(const Message& m) {
         put(pk, std::string_view("v"));
         put(pk, std::uint64_t{kProtocolVersion});
         put(pk, std::string_view("t"));
-        put(pk, kTypeNames[Message(body).index()]);
+        put(pk, kTypeNames[index]);
         FieldWriter writer{pk};
         visit_fields(body, writer);
         const auto* p = reinterpret_cast<const std::uint8_t*>(buf.data());

@@ -53,7 +53,8 @@ bool DedupWindow::insert(std::string_view cmd_id, std::uint64_t now_ms) {
   prune(now_ms);
   const std::string id(cmd_id);
   if (auto it = index_.find(id); it != index_.end()) {
-    if (now_ms < it->second || now_ms - it->second <= static_cast<std::uint64_t>(max_age_.count())) {
+    const auto age = static_cast<std::uint64_t>(max_age_.count());
+    if (now_ms < it->second || now_ms - it->second <= age) {
       return false;
     }
     // Expired but not yet at the front (times were not monotonic): drop the old entry.

@@ -363,3 +363,20 @@ TEST_CASE("unknown enum strings are bad fields") {
   s.replace(pos, needle.size(), "\xa4" "lazy");
   CHECK(decode_error(Bytes(s.begin(), s.end())) == Errc::bad_field);
 }
+
+TEST_CASE("many unknown top-level keys are fine up to the parser bound") {
+  auto frame_with_extra = [](std::uint32_t extra) {
+    return command_frame(3 + extra, [extra](auto& pk) {
+      pk.pack(std::string("v"));
+      pk.pack(1);
+      pack_kv(pk, "t", "cancel");
+      pack_kv(pk, "cmd_id", test::kCmdId);
+      for (std::uint32_t i = 0; i < extra; ++i) {
+        pk.pack("x" + std::to_string(i));
+        pk.pack(i);
+      }
+    });
+  };
+  CHECK(decode_error(frame_with_extra(1000)) == Errc::ok);
+  CHECK(decode_error(frame_with_extra(1022)) == Errc::too_large);  // 1025 entries > 1024
+}
