@@ -408,9 +408,9 @@ int Broker::on_receive(Connection& c, const std::uint8_t* in, std::size_t len) {
       on_frame(c, frame);
     }
   }
-  // Closing from inside this connection's own receive callback: return -1 now
-  // (the close reason is already set, lws sends it).
-  if (c.phase == ConnPhase::closing) return -1;
+  // A close requested above goes the same polite way as any other (see
+  // request_close): returning -1 here would kill the socket at once, and a peer
+  // still sending would get a TCP reset instead of our close code.
   return 0;
 }
 
