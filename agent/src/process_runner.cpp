@@ -104,19 +104,29 @@ Expected<RunResult> ProcessRunner::run(const SpawnSpec& spec, const RunLimits& l
     ::kill(-pid, SIGTERM);
     kill_at = now + limits.kill_grace;
   };
+  // The group is killed while the main process is still an unreaped zombie:
+  // its pid (= the group id) cannot be reused before the reap, so kill(-pid)
+  // can never hit an unrelated process group.
   auto reap = [&](bool block) {
-    int status = 0;
-    pid_t r;
+    siginfo_t info{};
+    int r;
     do {
-      r = ::waitpid(pid, &status, block ? 0 : WNOHANG);
+      r = ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT | (block ? 0 : WNOHANG));
     } while (r < 0 && errno == EINTR);
-    if (r == pid) {
-      exited = true;
-      if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-      if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
-    } else if (r < 0) {
+    if (r < 0) {
       exited = true;  // ECHILD: someone else reaped it (SIGCHLD ignored); status unknown
+      return;
     }
+    if (info.si_pid != pid) return;  // WNOHANG and still running
+    ::kill(-pid, SIGKILL);           // stragglers in its group go with it
+    int status = 0;
+    pid_t w;
+    do {
+      w = ::waitpid(pid, &status, 0);
+    } while (w < 0 && errno == EINTR);
+    exited = true;
+    if (w == pid && WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+    if (w == pid && WIFSIGNALED(status)) result.signal = WTERMSIG(status);
   };
 
   ScopedSigpipeBlock no_sigpipe;
@@ -205,15 +215,14 @@ Expected<RunResult> ProcessRunner::run(const SpawnSpec& spec, const RunLimits& l
     if (!exited && (!pidfd || (pid_i >= 0 && (fds[pid_i].revents & POLLIN)))) {
       reap(false);
       if (exited) {
-        // The main process is gone: whatever it left running in its group goes
-        // too, and the pipe then reaches EOF quickly.
-        ::kill(-pid, SIGKILL);
+        // The main process is gone (and its group killed): the pipe reaches EOF
+        // quickly unless a process escaped the group; wait for that only briefly.
         drain_deadline = Clock::now() + limits.drain_after_exit;
       }
     }
   }
   if (!exited) {
-    ::kill(-pid, SIGKILL);
+    ::kill(-pid, SIGKILL);  // the leader is alive or an unreaped zombie: pid not reusable
     reap(true);
   }
   result.elapsed = std::chrono::duration_cast<milliseconds>(Clock::now() - started);

@@ -58,7 +58,12 @@ class SuiteLab:
             "big": {"argv": ["/bin/sh", "-c",
                              f"yes fleetlink-suite-output-line | head -c {BIG_BYTES}; echo END"],
                     "timeout_s": 120},
+            # The shell's descriptors while ls runs: the agent's sockets must not leak in.
+            "fds": {"argv": ["/bin/sh", "-c", "ls /proc/$$/fd"]},
+            "asuser": {"argv": ["/bin/sh", "-c", "id -un; echo $HOME"], "user": "nobody"},
         }
+        if os.geteuid() != 0:
+            del self.suites["asuser"]  # switching users needs root
         self.path = lab.path("suites.json")
         with open(self.path, "w") as f:
             json.dump({"suites": self.suites}, f)
@@ -83,6 +88,16 @@ class SuiteThroughBrokerTest(harness.LabTestCase):
         unknown = self.broker.run("rig-suite", "suite", {"suite": "nope"})
         self.assertEqual(unknown["result"]["status"], "failed", unknown)
         self.assertIn("unknown suite 'nope'", unknown["result"]["detail"])
+
+    def test_suite_inherits_no_agent_descriptors(self):
+        cmd = self.broker.run("rig-suite", "suite", {"suite": "fds"})
+        self.assertEqual(cmd["result"]["output"], "0\n1\n2\n", cmd)
+
+    @unittest.skipUnless(os.geteuid() == 0, "switching users needs root")
+    def test_suite_runs_as_its_user(self):
+        cmd = self.broker.run("rig-suite", "suite", {"suite": "asuser"})
+        self.assertEqual(cmd["result"]["status"], "ok", cmd)
+        self.assertTrue(cmd["result"]["output"].startswith("nobody\n"), cmd)
 
     def test_hanging_suite_is_killed_at_its_timeout(self):
         t0 = time.monotonic()
