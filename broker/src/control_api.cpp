@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <new>
 #include <set>
 #include <vector>
@@ -60,6 +61,7 @@ struct Transaction {
   std::size_t out_pos = 0;
   bool responding = false;
   bool close_after = false;      // hang up once written (413 and friends)
+  std::function<void(Fleet&)> after_sent;
   // SSE
   bool sse = false;
   bool sse_closing = false;
@@ -209,8 +211,15 @@ int respond(Transaction* tx) {
   if (r.event_stream) return start_event_stream(tx, r);
   if (!render_headers(tx->wsi, r, r.body.size(), false, tx->out)) return -1;
   tx->out += r.body;
+  tx->after_sent = std::move(r.after_sent);
   lws_callback_on_writable(tx->wsi);
   return 0;
+}
+
+void run_after_sent(ControlState* state, const std::function<void(Fleet&)>& action) {
+  if (action && state != nullptr && !state->shut_down && state->fleet != nullptr) {
+    action(*state->fleet);
+  }
 }
 
 // Answers at once from LWS_CALLBACK_HTTP and hangs up (a body, if any, is
@@ -224,6 +233,7 @@ int answer_now_and_close(lws* wsi, HttpResponse r) {
   std::vector<unsigned char> buf(LWS_PRE + out.size());
   std::memcpy(buf.data() + LWS_PRE, out.data(), out.size());
   lws_write(wsi, buf.data() + LWS_PRE, out.size(), LWS_WRITE_HTTP_FINAL);
+  run_after_sent(state_of(wsi), r.after_sent);
   return -1;
 }
 
@@ -244,10 +254,18 @@ int write_pending(lws* wsi, Transaction* tx) {
     if (written < 0 || static_cast<std::size_t>(written) != n) return -1;
     tx->out_pos += n;
     if (last) {
-      if (tx->close_after) return -1;
+      // Take what we need from tx first: completing the transaction frees it.
+      const std::function<void(Fleet&)> action = std::move(tx->after_sent);
+      ControlState* state = tx->state;
+      if (tx->close_after) {
+        run_after_sent(state, action);
+        return -1;
+      }
       // Keep-alive: ready for the next request on this connection. This
       // rebinds the protocol, which frees `tx` (HTTP_DROP_PROTOCOL).
-      return lws_http_transaction_completed(wsi) ? -1 : 0;
+      const int rc = lws_http_transaction_completed(wsi) ? -1 : 0;
+      run_after_sent(state, action);
+      return rc;
     }
   }
   if (tx->sse) {

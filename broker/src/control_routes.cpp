@@ -108,7 +108,8 @@ HttpResponse post_command(const HttpRequest& req, Fleet& fleet, const std::strin
   return r;
 }
 
-HttpResponse post_drain(const HttpRequest& req, Fleet& fleet, const ControlApiOptions& options) {
+HttpResponse post_drain(const HttpRequest& req, const Fleet& fleet,
+                        const ControlApiOptions& options) {
   HttpResponse error;
   const std::optional<json> body = parse_object_body(req, true, error);
   if (!body) return error;
@@ -121,8 +122,14 @@ HttpResponse post_drain(const HttpRequest& req, Fleet& fleet, const ControlApiOp
     }
     window_ms = it->get<std::uint64_t>();
   }
-  if (!fleet.draining()) fleet.start_drain(std::chrono::milliseconds(window_ms));
-  return json_response(202, json{{"draining", true}, {"window_ms", window_ms}});
+  HttpResponse r = json_response(202, json{{"draining", true}, {"window_ms", window_ms}});
+  if (!fleet.draining()) {
+    // After the answer is out: a broker with no rigs finishes draining at once.
+    r.after_sent = [window_ms](Fleet& f) {
+      if (!f.draining()) f.start_drain(std::chrono::milliseconds(window_ms));
+    };
+  }
+  return r;
 }
 
 HttpResponse metrics_page(const BrokerMetrics& metrics) {

@@ -2,11 +2,14 @@
 // One HTTP request and its answer, as the control API's pure routing layer
 // sees them: no sockets, no libwebsockets. control_api.cpp fills HttpRequest
 // from lws and writes HttpResponse back.
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace fleetlink::broker {
+
+class Fleet;
 
 struct HttpRequest {
   std::string method;          // "GET", "POST", ... (upper case)
@@ -24,6 +27,10 @@ struct HttpResponse {
   // GET /v1/events: the transport keeps the connection open and streams
   // Server-Sent Events after these headers (body is ignored).
   bool event_stream = false;
+  // Runs once the answer has been handed to the socket: for actions that may
+  // end the process (a drain with no rigs exits at once), so the caller still
+  // gets its answer. Not run if the control API was shut down meanwhile.
+  std::function<void(Fleet&)> after_sent;
 };
 
 // Largest request body the control API reads; more is answered 413.

@@ -262,6 +262,10 @@ TEST_CASE("control: drain takes an optional window") {
   HttpResponse r = f.call("POST", "/v1/admin/drain", R"({"window_ms":2000})");
   CHECK(r.status == 202);
   CHECK(body_of(r) == json{{"draining", true}, {"window_ms", 2000}});
+  // The drain starts once the answer is out (a broker with no rigs exits at once).
+  CHECK_FALSE(f.fleet.draining());
+  REQUIRE(r.after_sent);
+  r.after_sent(f.fleet);
   REQUIRE(f.fleet.drain_window);
   CHECK(f.fleet.drain_window->count() == 2000);
 
@@ -270,6 +274,8 @@ TEST_CASE("control: drain takes an optional window") {
   r = g.call("POST", "/v1/admin/drain");
   CHECK(r.status == 202);
   CHECK(body_of(r)["window_ms"] == 3000);
+  r.after_sent(g.fleet);
+  CHECK(g.fleet.drain_window->count() == 3000);
 
   Fixture h;
   CHECK(h.call("POST", "/v1/admin/drain", R"({"window_ms":-5})").status == 400);

@@ -1,0 +1,176 @@
+"""The broker's control API over real HTTP: health/readiness, Prometheus metrics,
+keep-alive, error answers, auth, SSE, the dashboard page, and drain."""
+import http.client
+import json
+import re
+import socket
+import time
+import unittest
+
+import harness
+
+
+def raw_request(broker, method, path, body=None, headers=None):
+    """One request on a fresh connection; (status, headers, raw body)."""
+    conn = http.client.HTTPConnection(broker.control_host, broker.control_port, timeout=10)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, dict(resp.getheaders()), resp.read()
+    finally:
+        conn.close()
+
+
+class TestControlApi(harness.LabTestCase):
+    def test_health_ready_and_metrics(self):
+        broker = self.lab.broker()
+        self.lab.agent("rig-a", broker)
+        self.lab.agent("rig-b", broker)
+        broker.wait_rigs(["rig-a", "rig-b"])
+        broker.run("rig-a", "dmesg", {"lines": 2})
+
+        self.assertEqual(broker.api("GET", "/healthz"), (200, "ok"))
+        self.assertEqual(broker.api("GET", "/readyz"), (200, {"ready": True}))
+
+        status, headers, raw = raw_request(broker, "GET", "/metrics")
+        self.assertEqual(status, 200)
+        self.assertTrue(headers["content-type"].startswith("text/plain; version=0.0.4"))
+        text = raw.decode()
+        samples = {}
+        for line in text.splitlines():
+            if line.startswith("#"):
+                self.assertRegex(line, r"^# (HELP|TYPE) fleetlink_broker_\w+ ")
+                continue
+            name, value = line.rsplit(" ", 1)
+            samples[name] = float(value)
+            self.assertTrue(name.startswith("fleetlink_broker_"), line)
+        self.assertEqual(samples["fleetlink_broker_connections_open"], 2)
+        self.assertEqual(samples["fleetlink_broker_rigs_registered"], 2)
+        self.assertGreaterEqual(samples['fleetlink_broker_hellos_total{outcome="accepted"}'], 2)
+        self.assertGreaterEqual(samples["fleetlink_broker_commands_enqueued_total"], 1)
+        self.assertGreaterEqual(samples["fleetlink_broker_commands_acked_total"], 1)
+        self.assertGreaterEqual(samples["fleetlink_broker_ack_latency_seconds_count"], 1)
+        self.assertEqual(samples['fleetlink_broker_ack_latency_seconds_bucket{le="+Inf"}'],
+                         samples["fleetlink_broker_ack_latency_seconds_count"])
+        self.assertIn("# TYPE fleetlink_broker_outbox_depth histogram", text)
+        self.assertGreater(samples["fleetlink_broker_process_resident_memory_bytes"], 1e6)
+        self.assertGreater(samples["fleetlink_broker_process_open_fds"], 3)
+        # Aggregated only: no series names a rig.
+        self.assertNotIn("rig-a", text)
+        self.assertNotIn("rig-b", text)
+
+    def test_keep_alive_serves_many_requests_on_one_connection(self):
+        broker = self.lab.broker()
+        self.lab.agent("rig-a", broker)
+        broker.wait_rigs(["rig-a"])
+        conn = http.client.HTTPConnection(broker.control_host, broker.control_port, timeout=10)
+        conn.connect()
+        sock = conn.sock
+        started = time.monotonic()
+        for i in range(500):
+            if i % 2:
+                conn.request("GET", "/v1/rigs/rig-a")
+            else:
+                conn.request("GET", "/healthz")
+            resp = conn.getresponse()
+            resp.read()
+            self.assertEqual(resp.status, 200)
+        elapsed = time.monotonic() - started
+        self.assertIs(conn.sock, sock, "the server closed a keep-alive connection")
+        conn.close()
+        self.assertLess(elapsed, 10.0)
+
+    def test_error_answers(self):
+        broker = self.lab.broker()
+        self.lab.agent("rig-a", broker)
+        broker.wait_rigs(["rig-a"])
+        status, body = broker.api("GET", "/v1/nothing")
+        self.assertEqual((status, body["error"]), (404, "not_found"))
+        status, body = broker.api("GET", "/v1/rigs/rig-zzz")
+        self.assertEqual((status, body["error"], body["rig_id"]), (404, "unknown_rig", "rig-zzz"))
+        status, body = broker.api("GET", "/v1/commands/01a00000-0000-7000-8000-000000000000")
+        self.assertEqual((status, body["error"]), (404, "unknown_command"))
+        status, body = broker.api("DELETE", "/v1/rigs")
+        self.assertEqual((status, body["error"]), (405, "method_not_allowed"))
+
+        status, _, raw = raw_request(broker, "POST", "/v1/rigs/rig-a/commands", body=b"{not json",
+                                     headers={"Content-Type": "application/json"})
+        self.assertEqual(status, 400)
+        body = json.loads(raw)
+        self.assertEqual(body["error"], "bad_request")
+        self.assertIn("JSON", body["detail"])
+
+        status, body = broker.api("POST", "/v1/rigs/rig-a/commands", {"args": {}})
+        self.assertEqual((status, body["error"]), (400, "bad_request"))
+        self.assertIn("kind", body["detail"])
+
+        status, _, raw = raw_request(broker, "POST", "/v1/rigs/rig-a/commands",
+                                     body=b'{"kind":"dmesg","pad":"' + b"x" * 70000 + b'"}')
+        self.assertEqual(status, 413)
+        self.assertEqual(json.loads(raw)["error"], "payload_too_large")
+
+        status, body = broker.api("POST", "/v1/rigs/rig-a/commands", {"kind": "no-such-kind"})
+        self.assertEqual((status, body["error"]), (422, "unsupported_kind"))
+
+        # The broker keeps serving after all of that.
+        self.assertEqual(broker.run("rig-a", "dmesg", {"lines": 1})["state"], "done")
+
+    def test_auth(self):
+        broker = self.lab.broker(control_token="s3cret")
+        self.assertEqual(broker.api("GET", "/v1/rigs")[0], 200)  # the harness sends the token
+        status, body = broker.api("GET", "/v1/rigs", token="")
+        self.assertEqual((status, body["error"]), (401, "unauthorized"))
+        self.assertEqual(broker.api("GET", "/v1/rigs", token="wrong")[0], 401)
+        self.assertEqual(broker.api("GET", "/metrics", token="")[0], 401)
+        self.assertEqual(broker.api("POST", "/v1/admin/drain", {}, token="")[0], 401)
+        self.assertEqual(broker.api("GET", "/healthz", token=""), (200, "ok"))
+        self.assertTrue(broker.alive())
+
+    def test_events_stream(self):
+        broker = self.lab.broker()
+        self.lab.agent("rig-a", broker)
+        broker.wait_rigs(["rig-a"])
+        sock = socket.create_connection((broker.control_host, broker.control_port), timeout=10)
+        sock.sendall(b"GET /v1/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
+        time.sleep(0.3)
+        broker.run("rig-a", "dmesg", {"lines": 1})
+        data = b""
+        deadline = time.monotonic() + 10
+        while b"command_done" not in data and time.monotonic() < deadline:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        sock.close()
+        text = data.decode()
+        self.assertIn("200 OK", text.split("\r\n")[0])
+        self.assertIn("text/event-stream", text)
+        events = re.findall(r"event: (\w+)\ndata: (\{.*\})\n\n", text)
+        kinds = [e[0] for e in events]
+        self.assertIn("command_acked", kinds)
+        self.assertIn("command_done", kinds)
+        done = json.loads(dict(events)["command_done"])
+        self.assertEqual(done["rig_id"], "rig-a")
+
+    def test_dashboard_page(self):
+        broker = self.lab.broker()
+        status, headers, raw = raw_request(broker, "GET", "/")
+        self.assertEqual(status, 200)
+        self.assertTrue(headers["content-type"].startswith("text/html"))
+        page = raw.decode()
+        self.assertIn("Force reconnect", page)
+        self.assertIn("/v1/rigs", page)
+        self.assertNotRegex(page, r"(src|href)=\"https?://")  # no external assets
+
+    def test_drain_answers_before_an_empty_broker_exits(self):
+        broker = self.lab.broker()
+        self.assertEqual(broker.api("GET", "/readyz")[0], 200)
+        status, body = broker.api("POST", "/v1/admin/drain", {"window_ms": 100})
+        self.assertEqual(status, 202)
+        self.assertEqual(body, {"draining": True, "window_ms": 100})
+        harness.wait_for(lambda: not broker.alive(), timeout=15, what="broker exit after drain")
+        self.assertEqual(broker.proc.returncode, 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
