@@ -308,7 +308,6 @@ int Broker::on_callback(lws* wsi, int reason, void* user, void* in, std::size_t 
       head_ = c;
       ++connection_count_;
       ++metrics_.connections_open;
-      c->last_seen_mono_ms = mono_ms();
       FL_DEBUG("connection open peer=%s%s", peer_of(wsi).c_str(), c->plain ? " (plain ws)" : "");
       if (drain_.active) request_close(*c, CloseCode::going_away, "broker draining");
       return 0;
@@ -322,7 +321,6 @@ int Broker::on_callback(lws* wsi, int reason, void* user, void* in, std::size_t 
       Connection* c = conn_of(user);
       if (!c) return 0;
       c->keepalive.pong(mono_ms(), keepalive_);
-      c->last_seen_mono_ms = mono_ms();
       c->last_seen_wall_ms = wall_ms();
       return 0;
     }
@@ -390,23 +388,26 @@ int Broker::on_receive(Connection& c, const std::uint8_t* in, std::size_t len) {
   if (c.phase == ConnPhase::closing) return 0;  // already leaving; ignore input
   std::size_t remaining = lws_remaining_packet_payload(c.wsi);
   bool final = lws_is_final_fragment(c.wsi) != 0;
-  c.last_seen_mono_ms = mono_ms();
-  if (c.rx.empty() && final) {
-    on_frame(c, {in, len});
-  } else if (c.rx.size() + len + remaining > cfg_.max_frame_bytes) {
+  if (!c.assembling && final) {
+    on_frame(c, {in, len});  // the common case: the whole frame in one piece, no copy
+    return 0;
+  }
+  auto& buf = partial_frames_[&c];
+  if (buf.size() + len + remaining > cfg_.max_frame_bytes) {
     ++metrics_.frames_rejected;
-    c.rx.clear();
-    c.rx.shrink_to_fit();
-    request_close(c, CloseCode::message_too_big,
-                  "frame over " + std::to_string(cfg_.max_frame_bytes) + " bytes");
-  } else {
-    if (c.rx.empty()) c.rx.reserve(std::min<std::size_t>(len + remaining, cfg_.max_frame_bytes));
-    c.rx.insert(c.rx.end(), in, in + len);
-    if (final) {
-      std::vector<std::uint8_t> frame;
-      frame.swap(c.rx);
-      on_frame(c, frame);
-    }
+    partial_frames_.erase(&c);
+    c.assembling = false;
+    request_close(c, CloseCode::message_too_big, "frame over " + std::to_string(cfg_.max_frame_bytes) + " bytes");
+    return 0;
+  }
+  if (!c.assembling) buf.reserve(std::min<std::size_t>(len + remaining, cfg_.max_frame_bytes));
+  c.assembling = true;
+  buf.insert(buf.end(), in, in + len);
+  if (final) {
+    std::vector<std::uint8_t> frame = std::move(buf);
+    partial_frames_.erase(&c);
+    c.assembling = false;
+    on_frame(c, frame);
   }
   // A close requested above goes the same polite way as any other (see
   // request_close): returning -1 here would kill the socket at once, and a peer
@@ -538,7 +539,7 @@ void Broker::on_hello(Connection& c, msg::Hello hello) {
   c.boot_id = std::move(hello.boot_id);
   c.agent_version = std::move(hello.agent_version);
   c.kinds = std::move(hello.kinds);
-  c.labels = std::move(hello.labels);
+  c.labels.assign(std::make_move_iterator(hello.labels.begin()), std::make_move_iterator(hello.labels.end()));
   c.phase = ConnPhase::live;
   c.registered = true;
   rigs_[c.rig_id] = &c;
@@ -632,7 +633,7 @@ void Broker::on_output(Connection& c, const msg::OutputChunk& chunk) {
 
 bool Broker::more_to_write(const Connection& c) const noexcept {
   if (c.phase == ConnPhase::closing) return false;
-  return c.want_ping || c.want_welcome || !c.cancels.empty() ||
+  return c.want_ping || c.want_welcome || c.has_cancels ||
          c.outbox.has_unsent() || c.want_goaway;
 }
 
@@ -665,11 +666,18 @@ int Broker::on_writeable(Connection& c) {
     w.ping_interval_ms = cfg_.ping_interval_ms;
     w.max_frame_bytes = cfg_.max_frame_bytes;
     if (write_frame(c, w) < 0) return -1;
-  } else if (!c.cancels.empty()) {
-    msg::Cancel cancel{std::move(c.cancels.back())};
-    c.cancels.pop_back();
-    if (c.cancels.empty()) c.cancels.shrink_to_fit();
-    if (write_frame(c, cancel) < 0) return -1;
+  } else if (c.has_cancels) {
+    auto& list = pending_cancels_[&c];
+    msg::Cancel cancel;
+    if (!list.empty()) {
+      cancel.cmd_id = std::move(list.front());
+      list.erase(list.begin());
+    }
+    if (list.empty()) {
+      pending_cancels_.erase(&c);
+      c.has_cancels = false;
+    }
+    if (!cancel.cmd_id.empty() && write_frame(c, cancel) < 0) return -1;
   } else if (const OutboxEntry* e = c.outbox.next_unsent()) {
     std::uint64_t now = wall_ms();
     std::uint64_t seq = e->seq;
@@ -701,12 +709,11 @@ void Broker::request_close(Connection& c, CloseCode code, std::string reason) {
   c.phase = ConnPhase::closing;
   c.close_code = static_cast<std::uint16_t>(code);
   if (reason.size() > 123) reason.resize(123);
-  c.close_reason = std::move(reason);
   ++metrics_.closes[c.close_code];
   FL_INFO("closing rig=%s peer=%s code=%u (%s) %s", c.rig_id.empty() ? "-" : c.rig_id.c_str(),
           peer_of(c.wsi).c_str(), c.close_code, std::string(close_code_name(c.close_code)).c_str(),
-          c.close_reason.c_str());
-  unregister(c);
+          reason.c_str());
+  unregister(c, reason);
   // Why not "return -1 from SERVER_WRITEABLE": Debian's lws 4.1.6 is a _DEBUG
   // build, and with libuv its close_and_handled path closes a second time
   // ("uv repeat test"), which kills the socket before the close frame goes out.
@@ -715,14 +722,14 @@ void Broker::request_close(Connection& c, CloseCode code, std::string reason) {
   // for the HTTP_KEEPALIVE_IDLE reason: every other timeout is a "violent death"
   // in 4.1.6 (wsi-timeout.c sets socket_is_permanently_unusable).
   lws_close_reason(c.wsi, static_cast<lws_close_status>(c.close_code),
-                   reinterpret_cast<unsigned char*>(c.close_reason.data()), c.close_reason.size());
+                   reinterpret_cast<unsigned char*>(reason.data()), reason.size());
   lws_set_timeout(c.wsi, PENDING_TIMEOUT_HTTP_KEEPALIVE_IDLE, LWS_TO_KILL_ASYNC);
   // Called from our own timers, lws would only look at its timer list on its next
   // wake-up: wake it now (the event pipe) so the async kill runs at once.
   lws_cancel_service(context_);
 }
 
-void Broker::unregister(Connection& c) {
+void Broker::unregister(Connection& c, const std::string& why) {
   if (c.registered) {
     c.registered = false;
     auto it = rigs_.find(c.rig_id);
@@ -731,7 +738,7 @@ void Broker::unregister(Connection& c) {
       registry_->release(c.rig_id, c.boot_id, cfg_.broker_id);
     }
     --metrics_.rigs_registered;
-    emit("rig_disconnected", c.rig_id, {}, c.close_reason);
+    emit("rig_disconnected", c.rig_id, {}, why);
   }
   // Whatever was not acknowledged on this connection is lost: shown, never retransmitted.
   if (c.outbox.size() != 0) {
@@ -751,7 +758,9 @@ void Broker::unregister(Connection& c) {
 
 void Broker::on_closed(Connection& c) {
   if (c.phase != ConnPhase::closing) ++metrics_.closes[static_cast<std::uint16_t>(CloseCode::normal)];
-  unregister(c);
+  unregister(c, "connection closed");
+  if (c.assembling) partial_frames_.erase(&c);
+  if (c.has_cancels) pending_cancels_.erase(&c);
   if (c.prev) c.prev->next = c.next;
   else head_ = c.next;
   if (c.next) c.next->prev = c.prev;
@@ -874,7 +883,7 @@ RigView Broker::view_of(const Connection& c) const {
   r.state = drain_.active ? "draining" : c.keepalive.missed > 0 ? "unresponsive" : "connected";
   r.boot_id = c.boot_id;
   r.agent_version = c.agent_version;
-  r.labels = c.labels;
+  r.labels = StringMap(c.labels.begin(), c.labels.end());
   r.kinds = c.kinds;
   r.peer = peer_of(c.wsi);
   r.connected_at_ms = c.connected_at_ms;
@@ -930,7 +939,8 @@ bool Broker::cancel(std::string_view cmd_id) {
   if (!v || CommandTable::finished(v->state)) return false;
   auto it = rigs_.find(v->rig_id);
   if (it == rigs_.end()) return false;
-  it->second->cancels.emplace_back(cmd_id);
+  pending_cancels_[it->second].emplace_back(cmd_id);
+  it->second->has_cancels = true;
   lws_callback_on_writable(it->second->wsi);
   return true;
 }

@@ -84,7 +84,7 @@ class Broker final : public Fleet {
   void on_closed(Connection& c);
 
   void request_close(Connection& c, CloseCode code, std::string reason);
-  void unregister(Connection& c);
+  void unregister(Connection& c, const std::string& why);
   int write_frame(Connection& c, const Message& m);
   bool more_to_write(const Connection& c) const noexcept;
   void emit(std::string type, const std::string& rig_id, const std::string& cmd_id,
@@ -131,6 +131,9 @@ class Broker final : public Fleet {
   DrainPlan drain_;
   std::mt19937_64 rng_;
   std::vector<std::uint8_t> tx_;   // LWS_PRE + frame, reused for every write
+  // Rare, so kept here rather than in every connection (per-rig memory).
+  std::unordered_map<Connection*, std::vector<std::uint8_t>> partial_frames_;
+  std::unordered_map<Connection*, std::vector<std::string>> pending_cancels_;
   std::map<std::uint64_t, EventSink> sinks_;
   std::uint64_t next_sink_id_ = 1;
 };

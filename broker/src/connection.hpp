@@ -5,6 +5,7 @@
 // no per-connection map, no buffers until a command or a fragmented frame needs one.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fleetlink/messages.hpp"
@@ -35,17 +36,13 @@ struct Connection {
   std::string boot_id;
   std::string agent_version;
   std::vector<std::string> kinds;
-  StringMap labels;
+  std::vector<std::pair<std::string, std::string>> labels;  // smaller than a map, sorted
 
   Outbox outbox;
   KeepaliveState keepalive;
   TokenBucket rate_limit;            // inbound frames per second
-  std::vector<std::uint8_t> rx;      // reassembly of a frame that arrived in pieces
-  std::vector<std::string> cancels;  // cmd_ids to send CANCEL for
-  std::string close_reason;
 
   std::uint32_t established_mono_ms;
-  std::uint32_t last_seen_mono_ms = 0;
   std::uint64_t connected_at_ms;     // wall clock
   std::uint64_t last_seen_wall_ms = 0;
   std::uint32_t goaway_after_ms = 0;
@@ -56,6 +53,8 @@ struct Connection {
   bool want_ping = false;
   bool want_welcome = false;
   bool want_goaway = false;
+  bool assembling = false;           // a partial frame waits in Broker::partial_frames_
+  bool has_cancels = false;          // CANCELs wait in Broker::pending_cancels_
 };
 
 }  // namespace fleetlink::broker
