@@ -1,0 +1,72 @@
+"""The plain ws listener (loopback only, identities unchecked), readiness, metrics,
+and a real agent's round trip through the broker."""
+import asyncio
+import subprocess
+import unittest
+
+import websockets
+
+import broker_rawclient as rc
+from harness import LabTestCase, binary
+
+
+class BrokerPlainHealthTest(LabTestCase):
+    def test_plain_listener_refused_off_loopback(self):
+        c = self.lab.certs
+        for addr in ("0.0.0.0:0", "10.1.2.3:9000", "[::]:0"):
+            p = subprocess.run([binary("fleetlink-broker"), "--listen", "127.0.0.1:0", "--control", "127.0.0.1:0",
+                                "--cert", c.broker_cert, "--key", c.broker_key, "--ca", c.ca,
+                                "--plain-listen", addr], capture_output=True, text=True, timeout=10)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("loopback", p.stderr)
+
+    def test_plain_listener_on_loopback_skips_identity(self):
+        broker = self.lab.broker(plain_listen="127.0.0.1:0")
+        m = broker.wait_log(r"ready .* plain=127\.0\.0\.1:(\d+)")
+        self.assertRegex(broker.log(), r"WARN .*plain ws listener .*NOT checked")
+        url = f"ws://127.0.0.1:{int(m.group(1))}/agent"
+
+        async def go():
+            ws = await websockets.connect(url, subprotocols=["fleetlink.v1"])
+            await ws.send(rc.hello("bench-rig-1"))
+            self.assertEqual((await rc.recv_msg(ws))["t"], "welcome")
+            self.assertIn("bench-rig-1", broker.rigs())
+            await ws.close()
+        asyncio.run(go())
+
+    def test_readiness_and_metrics(self):
+        broker = self.lab.broker(accept_rate=0.2, accept_burst=1)
+        self.assertEqual(broker.api("GET", "/healthz")[0], 200)
+        self.assertEqual(broker.api("GET", "/readyz")[0], 200)
+
+        async def go():
+            ws, _ = await rc.rig_session(broker.url, rc.tls_context(self.lab.certs, "rig-a"), "rig-a")
+            with self.assertRaises(websockets.InvalidStatusCode):
+                await rc.connect(broker.url, rc.tls_context(self.lab.certs, "rig-a"))
+            status, body = await asyncio.to_thread(broker.send, "rig-a", "dmesg")
+            self.assertEqual(status, 202)
+            await rc.recv_msg(ws)
+            status, text = await asyncio.to_thread(broker.api, "GET", "/metrics")
+            self.assertEqual(status, 200)
+            self.assertNotIn("rig-a", text)  # aggregated only, never a series per rig
+            for needle in ("accepted", "admission", "enqueued"):
+                self.assertIn(needle, text)
+            # A connected rig keeps the draining broker up: it reports not-ready meanwhile.
+            status, body = await asyncio.to_thread(broker.api, "POST", "/v1/admin/drain", {"window_ms": 5000})
+            self.assertEqual(status, 202, body)
+            self.assertEqual((await asyncio.to_thread(broker.api, "GET", "/readyz"))[0], 503)
+            self.assertEqual((await rc.recv_msg(ws, skip=()))["t"], "goaway")
+            await ws.close(1001)
+        asyncio.run(go())
+        self.assertEqual(broker.proc.wait(10), 0)
+
+    def test_real_agent_round_trip(self):
+        broker = self.lab.broker()
+        self.lab.agent("rig-real", broker)
+        broker.wait_rigs(["rig-real"])
+        c = broker.run("rig-real", "dmesg", {"lines": 5}, timeout=20)
+        self.assertIn(c["state"], ("done",), c)
+
+
+if __name__ == "__main__":
+    unittest.main()
