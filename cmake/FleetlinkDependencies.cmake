@@ -15,6 +15,6 @@ target_include_directories(fleetlink_msgpack SYSTEM INTERFACE ${MSGPACK_CXX_INCL
 target_compile_definitions(fleetlink_msgpack INTERFACE MSGPACK_NO_BOOST MSGPACK_DEFAULT_API_VERSION=3)
 
 # Included before the option() is declared: on a fresh configure it is not defined yet.
-if(FLEETLINK_BUILD_TESTS OR NOT DEFINED FLEETLINK_BUILD_TESTS)
+if(FLEETLINK_BUILD_TESTS)
   find_package(doctest CONFIG REQUIRED)
 endif()
