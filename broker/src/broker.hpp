@@ -65,7 +65,7 @@ class Broker final : public Fleet {
   void unsubscribe(std::uint64_t id) override;
 
   // Bonus: broker -> agent CANCEL for a command in flight. False if unknown/not live.
-  bool cancel(std::string_view cmd_id);
+  bool cancel(std::string_view cmd_id) override;
 
   // The lws protocol callback (static trampoline -> instance).
   static int lws_callback(lws* wsi, enum lws_callback_reasons reason, void* user, void* in, std::size_t len);

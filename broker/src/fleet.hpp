@@ -119,6 +119,10 @@ class Fleet {
   virtual std::optional<CommandView> command(std::string_view cmd_id) const = 0;
   // Close the rig's connection (CloseCode::forced_reconnect). False if not connected.
   virtual bool force_reconnect(std::string_view rig_id) = 0;
+  // Ask the rig to stop a command in flight (broker -> agent CANCEL). False if the
+  // command is unknown, finished, or its rig is not connected here. (Added by the
+  // data plane; the default keeps other Fleet implementations compiling.)
+  virtual bool cancel(std::string_view cmd_id) { (void)cmd_id; return false; }
   // Stop accepting, GOAWAY everyone spread over the window, exit when empty or at the deadline.
   virtual void start_drain(std::chrono::milliseconds window) = 0;
   virtual bool draining() const = 0;

@@ -60,6 +60,29 @@ class BrokerPlainHealthTest(LabTestCase):
         asyncio.run(go())
         self.assertEqual(broker.proc.wait(10), 0)
 
+    def test_two_brokers_share_one_port(self):
+        # SO_REUSEPORT on the broker's own listening socket.
+        first = self.lab.broker(name="b1")
+        second = self.lab.broker(name="b2", listen_port=first.listen_port)
+        self.assertEqual(second.listen_port, first.listen_port)
+
+        async def go():
+            for i in range(6):
+                ws, welcome = await rc.rig_session(first.url, rc.tls_context(self.lab.certs, f"rig-{i}"), f"rig-{i}")
+                await ws.close()
+        asyncio.run(go())
+
+    def test_config_file(self):
+        c = self.lab.certs
+        conf = self.lab.path("broker.conf")
+        with open(conf, "w") as f:
+            f.write(f"listen=127.0.0.1:0\ncontrol=127.0.0.1:0\ncert={c.broker_cert}\nkey={c.broker_key}\n"
+                    f"ca={c.ca}\nbroker-id=from-file\nping-interval-ms=1234\n")
+        broker = self.lab.broker(name="cfg", config=conf, cert=None, key=None, ca=None, broker_id=None,
+                                 listen=None, control=None)
+        self.assertIn("broker id=from-file", broker.log())
+        self.assertIn("ping=1234ms", broker.log())
+
     def test_real_agent_round_trip(self):
         broker = self.lab.broker()
         self.lab.agent("rig-real", broker)
