@@ -42,15 +42,8 @@ WRONG_ABI_SOURCE = textwrap.dedent("""\
     fleetlink_plugin_destroy(fleetlink::Executor* e) { delete e; }
     """)
 
-PYECHO = textwrap.dedent("""\
-    #!/usr/bin/python3
-    # Executable plugin: echoes the request, then a result line.
-    import json, sys
-    req = json.loads(sys.stdin.readline())
-    print("pyecho", req["protocol"], req["kind"], json.dumps(req["args"], sort_keys=True), flush=True)
-    print(json.dumps({"fleetlink_result": {"status": "ok",
-                                           "detail": "echoed %d args" % len(req["args"])}}), flush=True)
-    """)
+# The executable-plugin example shipped with the SDK.
+PYECHO_EXAMPLE = os.path.join(harness.SOURCE_DIR, "sdk", "examples", "exec-plugin", "fleetlink-pyecho")
 
 CRASH = textwrap.dedent("""\
     #!/usr/bin/python3
@@ -189,11 +182,11 @@ class PluginAgentTest(harness.LabTestCase):
         shutil.copy(so_path, os.path.join(plugin_dir, "fleetlink-hello.so"))
         self.wrong = os.path.join(plugin_dir, "future-abi.so")
         shutil.copy(self.builds.wrong_abi_so, self.wrong)
-        for name, text in (("fleetlink-pyecho", PYECHO), ("fleetlink-crash", CRASH)):
-            path = os.path.join(plugin_dir, name)
-            with open(path, "w") as f:
-                f.write(text)
-            os.chmod(path, 0o755)
+        shutil.copy(PYECHO_EXAMPLE, os.path.join(plugin_dir, "fleetlink-pyecho"))
+        crash = os.path.join(plugin_dir, "fleetlink-crash")
+        with open(crash, "w") as f:
+            f.write(CRASH)
+        os.chmod(crash, 0o755)
         broker = self.lab.broker()
         agent = self.lab.agent("rig-plug", broker, plugin_dir=plugin_dir,
                                plugin_config="greeting=hi")
@@ -227,6 +220,9 @@ class PluginAgentTest(harness.LabTestCase):
         self.assertEqual(res["status"], "ok", res)
         self.assertEqual(res["output"], 'pyecho 1 pyecho {"a": "1", "b": "two"}\n')
         self.assertEqual(res["detail"], "echoed 2 args")
+        refused = broker.run("rig-plug", "pyecho", {"fail": "yes"})
+        self.assertEqual(refused["result"]["status"], "failed", refused)
+        self.assertEqual(refused["result"]["exit_code"], 1, refused)
 
         crash = broker.run("rig-plug", "crash")
         res = crash["result"]
