@@ -214,7 +214,7 @@ class SuiteCancelTest(harness.LabTestCase):
 
         result, took = asyncio.run(asyncio.wait_for(scenario(), 60))
         self.assertEqual(result["status"], "cancelled", result)
-        self.assertLess(took, 5)
+        self.assertLess(took, 10)
         self.assertTrue(self.agent.alive())
 
 

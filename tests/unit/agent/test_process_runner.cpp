@@ -106,7 +106,7 @@ TEST_CASE("process runner: timeout kills the whole group, grandchildren that ign
   auto c = run_sh(script, limits);
   CHECK(c.run.timed_out);
   CHECK(c.run.signal == SIGTERM);  // the main process died of the TERM
-  CHECK(c.run.elapsed < 5s);
+  CHECK(c.run.elapsed < 10s);
   std::string text = fleetlink::agent::testing::read_file(pidfile);
   REQUIRE_FALSE(text.empty());
   long grandchild = std::stol(text);
@@ -122,7 +122,7 @@ TEST_CASE("process runner: timeout escalates to SIGKILL when the main process ig
   CHECK(c.run.sigkill_sent);
   CHECK(c.run.signal == SIGKILL);
   CHECK(c.run.elapsed >= 450ms);
-  CHECK(c.run.elapsed < 5s);
+  CHECK(c.run.elapsed < 10s);
 }
 
 TEST_CASE("process runner: cancel from another thread stops the group") {
@@ -141,7 +141,7 @@ TEST_CASE("process runner: cancel from another thread stops the group") {
   CHECK(r->cancelled);
   CHECK_FALSE(r->timed_out);
   CHECK(r->signal == SIGTERM);
-  CHECK(r->elapsed < 2s);
+  CHECK(r->elapsed < 8s);
 }
 
 TEST_CASE("process runner: cancel before run starts nothing") {
@@ -161,7 +161,7 @@ TEST_CASE("process runner: the main process exiting ends the run even if a strag
   auto c = run_sh("sleep 100 & echo done", limits);
   CHECK(c.run.exit_code == 0);
   CHECK(c.output == "done\n");
-  CHECK(c.run.elapsed < 3s);
+  CHECK(c.run.elapsed < 8s);
 }
 
 TEST_CASE("process runner: spawn errors are values") {
