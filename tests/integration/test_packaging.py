@@ -94,8 +94,15 @@ def documented_options(conf_path):
 
 
 def help_options(program, env):
+    """({option names}, {option: default shown by --help})"""
     text = run([program, "--help"], timeout=30, env=env)
-    return set(re.findall(r"--([a-z][a-z0-9-]*)", text)) - NOT_CONFIG_KEYS
+    names = set(re.findall(r"--([a-z][a-z0-9-]*)", text)) - NOT_CONFIG_KEYS
+    # CLI11 shows captured defaults as "--name TYPE=DEFAULT" or "--name TYPE:{a,b}=DEFAULT".
+    defaults = {}
+    for m in re.finditer(r"^\s+--([a-z][a-z0-9-]*) [A-Z]+(?::\{[^}]*\}|:[A-Z]+)?=(\S.*?)(?:[ \t]{2,}|$)",
+                         text, re.M):
+        defaults[m.group(1)] = m.group(2).strip()
+    return names, defaults
 
 
 def write_uncommented(conf_path, out_path, replace):
@@ -155,6 +162,7 @@ class DebianPackages(unittest.TestCase):
                 listing[path.lstrip(".").rstrip("/") or "/"] = (parts[0], parts[1], target)
             cls.files[name] = listing
             ctl = os.path.join(cls.tmp, "control", name)
+            os.makedirs(os.path.dirname(ctl), exist_ok=True)
             run(["dpkg-deb", "-e", deb, ctl])
             cls.control[name] = ctl
             run(["dpkg-deb", "-x", deb, cls.root])
@@ -230,7 +238,7 @@ class DebianPackages(unittest.TestCase):
         deps = self.depends("libfleetlink")
         for name in LWS_DEPENDS:
             self.assertIn(name, deps, self.fields["libfleetlink"]["Depends"])
-        for name in ("libssl3", "libuuid1", "libc6"):  # from dpkg-shlibdeps
+        for name in ("libc6", "libstdc++6", "libuv1"):  # from dpkg-shlibdeps
             self.assertIn(name, deps, self.fields["libfleetlink"]["Depends"])
 
     # ---- libfleetlink-dev ------------------------------------------------------
@@ -278,7 +286,7 @@ class DebianPackages(unittest.TestCase):
             deps = self.depends(pkg)
             field = self.fields[pkg]["Depends"]
             self.assertEqual(deps.get("libfleetlink"), f"(= {lib_version})", field)
-            for name in LWS_DEPENDS + ("adduser", "libc6"):
+            for name in LWS_DEPENDS + ("adduser", "libc6", "libssl3"):
                 self.assertIn(name, deps, f"{pkg}: {field}")
         self.assertIn("openssl", self.depends("fleetlink-broker"))  # fleetlink-lab-ca
 
@@ -358,10 +366,23 @@ class DebianPackages(unittest.TestCase):
         prog = self.packaged(f"/usr/bin/{program}")
         if not os.path.isfile(prog):
             self.skipTest(f"{program} was not built")
-        documented = set(documented_options(self.packaged(conf)))
-        real = help_options(prog, self.env)
+        options = documented_options(self.packaged(conf))
+        documented = set(options)
+        real, defaults = help_options(prog, self.env)
         self.assertEqual(sorted(real - documented), [], f"options of {program} missing from {conf}")
         self.assertEqual(sorted(documented - real), [], f"keys in {conf} that {program} does not know")
+        # Where --help shows a default, the commented line documenting it says the same.
+        commented = {}
+        with open(self.packaged(conf)) as f:
+            for line in f:
+                m = re.match(r"^# ([a-z][a-z0-9-]*) = (.+)$", line.rstrip("\n"))
+                if m:
+                    commented.setdefault(m.group(1), m.group(2))
+        # (--help may leave a single space between the default and the description.)
+        wrong = {k: (commented[k], d) for k, d in defaults.items()
+                 if k in commented and not d.startswith("[")
+                 and d != commented[k] and not d.startswith(commented[k] + " ")}
+        self.assertEqual(wrong, {}, f"{conf}: documented default != {program} --help default")
         return prog
 
     def test_broker_conf_is_true_and_starts_the_broker(self):
