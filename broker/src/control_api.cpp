@@ -13,6 +13,7 @@
 #include <cstring>
 #include <functional>
 #include <new>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -47,7 +48,7 @@ struct ControlState {
   Fleet* fleet = nullptr;
   BrokerMetrics* metrics = nullptr;
   bool shut_down = false;
-  std::set<Transaction*> streams;  // open SSE streams
+  std::set<Transaction*> streams;  // transactions subscribed to the Fleet (SSE, held POSTs)
 };
 
 // One HTTP transaction (one request/response, or one SSE stream).
@@ -62,6 +63,10 @@ struct Transaction {
   bool responding = false;
   bool close_after = false;      // hang up once written (413 and friends)
   std::function<void(Fleet&)> after_sent;
+  // A held POST (?wait=acked|done): answered when hold_done.
+  std::optional<HeldCommand> hold;
+  HttpResponse held_fallback;    // the answer if the Fleet is gone by then
+  bool hold_done = false;
   // SSE
   bool sse = false;
   bool sse_closing = false;
@@ -163,8 +168,45 @@ void destroy_transaction(PerSession* pss) {
   if (pss == nullptr || pss->tx == nullptr) return;
   Transaction* tx = pss->tx;
   pss->tx = nullptr;
-  if (tx->sse) stop_stream(tx);
+  stop_stream(tx);
   delete tx;
+}
+
+// Holds a POST until its command is acked/done (or the timeout): one Fleet
+// subscription for the wait, the answer rendered when it ends.
+int start_hold(Transaction* tx, HttpResponse r) {
+  tx->hold = std::move(r.hold);
+  r.hold.reset();
+  tx->held_fallback = std::move(r);
+  ControlState* state = tx->state;
+  tx->subscription = state->fleet->subscribe([tx](const FleetEvent& event) {
+    // Inside the Fleet: only note it; the answer is built in the writeable callback.
+    if (!tx->hold_done && tx->hold && held_command_reached(*tx->hold, event)) {
+      tx->hold_done = true;
+      lws_callback_on_writable(tx->wsi);
+    }
+  });
+  tx->subscribed = true;
+  state->streams.insert(tx);
+  // The wait may be longer than lws's own transaction timeouts.
+  lws_set_timeout(tx->wsi, NO_PENDING_TIMEOUT, 0);
+  lws_set_timer_usecs(tx->wsi, static_cast<lws_usec_t>(tx->hold->timeout_ms) * 1000);
+  return 0;
+}
+
+// The wait of a held POST is over: render its answer.
+bool finish_hold(Transaction* tx) {
+  lws_set_timer_usecs(tx->wsi, LWS_SET_TIMER_USEC_CANCEL);
+  ControlState* state = tx->state;
+  const bool fleet_alive = !state->shut_down && state->fleet != nullptr;
+  const HttpResponse r = fleet_alive ? held_command_answer(*tx->hold, *state->fleet)
+                                     : tx->held_fallback;
+  stop_stream(tx);
+  tx->hold.reset();
+  if (!render_headers(tx->wsi, r, r.body.size(), false, tx->out)) return false;
+  tx->out += r.body;
+  tx->out_pos = 0;
+  return true;
 }
 
 int start_event_stream(Transaction* tx, const HttpResponse& r) {
@@ -209,6 +251,7 @@ int respond(Transaction* tx) {
   }
   tx->responding = true;
   if (r.event_stream) return start_event_stream(tx, r);
+  if (r.hold) return start_hold(tx, std::move(r));
   if (!render_headers(tx->wsi, r, r.body.size(), false, tx->out)) return -1;
   tx->out += r.body;
   tx->after_sent = std::move(r.after_sent);
@@ -238,6 +281,10 @@ int answer_now_and_close(lws* wsi, HttpResponse r) {
 }
 
 int write_pending(lws* wsi, Transaction* tx) {
+  if (tx->hold) {
+    if (!tx->hold_done) return 0;
+    if (!finish_hold(tx)) return -1;
+  }
   if (tx->sse) {
     if (tx->out_pos >= tx->out.size() && !tx->queue.empty()) {
       tx->out = tx->queue.pop(kWriteChunk);
@@ -362,6 +409,11 @@ int callback_control(lws* wsi, lws_callback_reasons reason, void* user, void* in
       return write_pending(wsi, pss->tx);
 
     case LWS_CALLBACK_TIMER:
+      if (pss != nullptr && pss->tx != nullptr && pss->tx->hold) {
+        pss->tx->hold_done = true;  // timed out: answer with the state reached so far
+        lws_callback_on_writable(wsi);
+        return 0;
+      }
       // SSE heartbeat: a comment line keeps idle proxies and clients honest.
       if (pss != nullptr && pss->tx != nullptr && pss->tx->sse) {
         pss->tx->queue.push(std::string(kSseHeartbeat));
@@ -431,7 +483,8 @@ void shutdown_control_api(lws_vhost* vhost) {
   for (Transaction* tx : state->streams) {
     if (tx->subscribed) state->fleet->unsubscribe(tx->subscription);
     tx->subscribed = false;
-    tx->sse_closing = true;
+    if (tx->sse) tx->sse_closing = true;
+    if (tx->hold) tx->hold_done = true;  // answered with what is known now
     lws_callback_on_writable(tx->wsi);
   }
   state->shut_down = true;

@@ -1,5 +1,6 @@
 #include "control_routes.hpp"
 
+#include <charconv>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -23,6 +24,8 @@ HttpResponse json_error(int status, std::string_view code, std::string_view deta
 namespace {
 
 constexpr std::uint64_t kMaxDrainWindowMs = 24ULL * 3600 * 1000;
+constexpr std::uint64_t kDefaultHoldMs = 30'000;
+constexpr std::uint64_t kMaxHoldMs = 300'000;
 
 HttpResponse json_response(int status, const json& body) {
   HttpResponse r;
@@ -97,9 +100,36 @@ HttpResponse post_command(const HttpRequest& req, Fleet& fleet, const std::strin
   if (args_it != body->end() && !json_to_string_map(*args_it, args, detail)) {
     return json_error(400, "bad_request", detail);
   }
+  // Optional long poll: ?wait=acked|done&timeout_ms=N
+  const auto query = parse_query(req.query);
+  std::optional<HeldCommand> hold;
+  if (const auto w = query.find("wait"); w != query.end()) {
+    if (w->second != "acked" && w->second != "done") {
+      return json_error(400, "bad_request", "\"wait\" must be \"acked\" or \"done\"");
+    }
+    hold = HeldCommand{};
+    hold->until_done = w->second == "done";
+    hold->timeout_ms = kDefaultHoldMs;
+    if (const auto t = query.find("timeout_ms"); t != query.end()) {
+      std::uint64_t v = 0;
+      const auto res = std::from_chars(t->second.data(), t->second.data() + t->second.size(), v);
+      if (res.ec != std::errc{} || res.ptr != t->second.data() + t->second.size() ||
+          v > kMaxHoldMs) {
+        return json_error(400, "bad_request", "\"timeout_ms\" must be an integer up to 300000");
+      }
+      hold->timeout_ms = v;
+    }
+  }
   EnqueueOutcome outcome = fleet.enqueue(rig_id, kind_it->get<std::string>(), std::move(args));
   if (const auto* ok = std::get_if<EnqueueOk>(&outcome)) {
-    return json_response(202, enqueue_ok_json(*ok));
+    HttpResponse r = json_response(202, enqueue_ok_json(*ok));
+    if (hold && hold->timeout_ms > 0) {
+      hold->cmd_id = ok->cmd_id;
+      hold->rig_id = ok->rig_id;
+      hold->seq = ok->seq;
+      r.hold = std::move(hold);
+    }
+    return r;
   }
   const auto& failure = std::get<EnqueueFailure>(outcome);
   HttpResponse r = json_response(enqueue_failure_status(failure.error),
@@ -243,6 +273,22 @@ bool open_without_token(const HttpRequest& req) {
 }
 
 }  // namespace
+
+bool held_command_reached(const HeldCommand& hold, const FleetEvent& event) {
+  if (event.cmd_id != hold.cmd_id) return false;
+  const std::string& t = event.type;
+  if (t == "command_done" || t == "command_nacked" || t == "command_lost") return true;
+  return !hold.until_done && t == "command_acked";
+}
+
+HttpResponse held_command_answer(const HeldCommand& hold, const Fleet& fleet) {
+  const std::optional<CommandView> cmd = fleet.command(hold.cmd_id);
+  json body{{"cmd_id", hold.cmd_id},
+            {"rig_id", hold.rig_id},
+            {"seq", hold.seq},
+            {"state", cmd ? command_state_name(cmd->state) : "queued"}};
+  return json_response(202, body);
+}
 
 HttpResponse handle_control_request(const HttpRequest& req, Fleet& fleet,
                                     const BrokerMetrics& metrics,

@@ -20,6 +20,14 @@ HttpResponse handle_control_request(const HttpRequest& request, Fleet& fleet,
                                     const BrokerMetrics& metrics,
                                     const ControlApiOptions& options);
 
+// Whether `event` ends the wait of a held POST (the command reached the state
+// asked for, or a final state).
+bool held_command_reached(const HeldCommand& hold, const FleetEvent& event);
+
+// The answer of a held POST once it ends (reached or timed out): 202 with
+// cmd_id, rig_id, seq and the command's current state.
+HttpResponse held_command_answer(const HeldCommand& hold, const Fleet& fleet);
+
 // A JSON error response {"error":code,"detail":detail}.
 HttpResponse json_error(int status, std::string_view code, std::string_view detail);
 

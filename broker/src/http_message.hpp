@@ -2,7 +2,9 @@
 // One HTTP request and its answer, as the control API's pure routing layer
 // sees them: no sockets, no libwebsockets. control_api.cpp fills HttpRequest
 // from lws and writes HttpResponse back.
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +21,16 @@ struct HttpRequest {
   std::string body;
 };
 
+// POST /v1/rigs/{rig}/commands?wait=acked|done[&timeout_ms=N]: the answer is
+// held until the command gets that far (or the timeout), then re-rendered.
+struct HeldCommand {
+  std::string cmd_id;
+  std::string rig_id;
+  std::uint64_t seq = 0;
+  bool until_done = false;        // false: until acked (or any later state)
+  std::uint64_t timeout_ms = 0;
+};
+
 struct HttpResponse {
   int status = 200;
   std::string content_type = "application/json";
@@ -31,6 +43,9 @@ struct HttpResponse {
   // end the process (a drain with no rigs exits at once), so the caller still
   // gets its answer. Not run if the control API was shut down meanwhile.
   std::function<void(Fleet&)> after_sent;
+  // Set: do not answer yet (see HeldCommand); the body above is the answer
+  // should the command not be found later.
+  std::optional<HeldCommand> hold;
 };
 
 // Largest request body the control API reads; more is answered 413.

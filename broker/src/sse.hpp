@@ -21,7 +21,7 @@ inline constexpr std::string_view kSseHeartbeat = ": keepalive\n\n";
 // marked overflowed and the transport closes it (the client reconnects).
 class SseQueue {
  public:
-  explicit SseQueue(std::size_t max_bytes = 1024 * 1024) : max_bytes_(max_bytes) {}
+  explicit SseQueue(std::size_t max_bytes = 16 * 1024 * 1024) : max_bytes_(max_bytes) {}
 
   // False (and nothing queued) when the queue would exceed its cap.
   bool push(std::string chunk);

@@ -3,6 +3,7 @@ keep-alive, error answers, auth, SSE, the dashboard page, and drain."""
 import http.client
 import json
 import re
+import signal
 import socket
 import time
 import unittest
@@ -114,6 +115,43 @@ class TestControlApi(harness.LabTestCase):
 
         # The broker keeps serving after all of that.
         self.assertEqual(broker.run("rig-a", "dmesg", {"lines": 1})["state"], "done")
+
+    def test_post_can_wait_for_the_ack_or_the_result(self):
+        broker = self.lab.broker()
+        agent = self.lab.agent("rig-a", broker)
+        broker.wait_rigs(["rig-a"])
+        conn = http.client.HTTPConnection(broker.control_host, broker.control_port, timeout=20)
+        body = json.dumps({"kind": "dmesg", "args": {"lines": "1"}})
+        conn.request("POST", "/v1/rigs/rig-a/commands?wait=acked", body=body)
+        resp = conn.getresponse()
+        answer = json.loads(resp.read())
+        self.assertEqual(resp.status, 202)
+        self.assertIn(answer["state"], ("acked", "running", "done"))
+        self.assertEqual(set(answer), {"cmd_id", "rig_id", "seq", "state"})
+
+        conn.request("POST", "/v1/rigs/rig-a/commands?wait=done", body=body)
+        resp = conn.getresponse()
+        answer = json.loads(resp.read())
+        self.assertEqual((resp.status, answer["state"]), (202, "done"))
+        self.assertEqual(broker.command(answer["cmd_id"])["result"]["status"], "ok")
+
+        # A frozen rig: the wait ends at the timeout with the state reached so far.
+        agent.signal(signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            conn.request("POST", "/v1/rigs/rig-a/commands?wait=acked&timeout_ms=300", body=body)
+            resp = conn.getresponse()
+            answer = json.loads(resp.read())
+            self.assertEqual(resp.status, 202)
+            self.assertIn(answer["state"], ("queued", "sent"))
+            self.assertLess(time.monotonic() - started, 5)
+            # ... and the same kept-alive connection goes on working.
+            conn.request("GET", "/healthz")
+            resp = conn.getresponse()
+            self.assertEqual((resp.status, resp.read()), (200, b"ok"))
+        finally:
+            agent.signal(signal.SIGCONT)
+        conn.close()
 
     def test_auth(self):
         broker = self.lab.broker(control_token="s3cret")

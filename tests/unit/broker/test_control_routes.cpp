@@ -346,3 +346,52 @@ TEST_CASE("control: bearer token guards everything but health, readiness and the
   CHECK(f.call("GET", "/readyz").status == 200);
   CHECK(f.call("GET", "/").status == 200);
 }
+
+TEST_CASE("control: ?wait=acked|done holds the answer until the command gets there") {
+  Fixture f;
+  HttpRequest req;
+  req.method = "POST";
+  req.path = "/v1/rigs/rig-1/commands";
+  req.query = "wait=acked&timeout_ms=1500";
+  req.body = R"({"kind":"dmesg"})";
+  HttpResponse r = handle_control_request(req, f.fleet, f.metrics, f.options, kNow);
+  CHECK(r.status == 202);
+  REQUIRE(r.hold);
+  CHECK(r.hold->cmd_id == "cmd-1");
+  CHECK(r.hold->rig_id == "rig-1");
+  CHECK(r.hold->seq == 1);
+  CHECK_FALSE(r.hold->until_done);
+  CHECK(r.hold->timeout_ms == 1500);
+
+  using fleetlink::broker::FleetEvent;
+  using fleetlink::broker::held_command_reached;
+  CHECK_FALSE(held_command_reached(*r.hold, FleetEvent{"command_acked", "rig-1", "other", "", 0}));
+  CHECK(held_command_reached(*r.hold, FleetEvent{"command_acked", "rig-1", "cmd-1", "", 0}));
+  CHECK(held_command_reached(*r.hold, FleetEvent{"command_lost", "rig-1", "cmd-1", "", 0}));
+  auto done_hold = *r.hold;
+  done_hold.until_done = true;
+  CHECK_FALSE(held_command_reached(done_hold, FleetEvent{"command_acked", "rig-1", "cmd-1", "", 0}));
+  CHECK(held_command_reached(done_hold, FleetEvent{"command_done", "rig-1", "cmd-1", "", 0}));
+
+  // The answer shows the state the command is in now.
+  CommandView c;
+  c.cmd_id = "cmd-1";
+  c.rig_id = "rig-1";
+  c.seq = 1;
+  c.state = CommandState::acked;
+  f.fleet.commands["cmd-1"] = c;
+  const HttpResponse answer = fleetlink::broker::held_command_answer(*r.hold, f.fleet);
+  CHECK(answer.status == 202);
+  CHECK(body_of(answer) ==
+        json{{"cmd_id", "cmd-1"}, {"rig_id", "rig-1"}, {"seq", 1}, {"state", "acked"}});
+
+  // Bad parameters are refused before anything is enqueued.
+  req.query = "wait=forever";
+  CHECK(handle_control_request(req, f.fleet, f.metrics, f.options, kNow).status == 400);
+  req.query = "wait=done&timeout_ms=abc";
+  CHECK(handle_control_request(req, f.fleet, f.metrics, f.options, kNow).status == 400);
+  CHECK(f.fleet.enqueued.size() == 1);
+  // Without wait, nothing is held.
+  req.query.clear();
+  CHECK_FALSE(handle_control_request(req, f.fleet, f.metrics, f.options, kNow).hold);
+}
