@@ -10,6 +10,7 @@
 #include <libwebsockets.h>
 #include <uv.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <deque>
@@ -63,6 +64,8 @@ struct ClientSession::Impl {
   lws* wsi = nullptr;
   bool attempt_live = false;      // an attempt is in flight or its connection is open
   bool stopping = false;
+  bool closing = false;           // our close frame is queued or sent: read nothing more
+  bool close_sent = false;        // ... and written: write nothing more
   Bytes rx;                       // reassembly of a fragmented message
   std::uint16_t close_code = 0;   // the code of the close seen on this connection
   std::string close_reason;
@@ -278,6 +281,7 @@ struct ClientSession::Impl {
   }
 
   int write_one(lws* w) {
+    if (closing && close_sent) return 0;
     Outgoing o;
     bool more = false;
     {
@@ -288,15 +292,7 @@ struct ClientSession::Impl {
       if (!o.close) out_bytes -= o.buf.size() - LWS_PRE;
       more = !outq.empty();
     }
-    if (o.close) {
-      close_code = o.code;
-      close_reason = o.reason;
-      std::string r = o.reason.substr(0, 123);
-      lws_close_reason(w, static_cast<lws_close_status>(o.code),
-                       reinterpret_cast<unsigned char*>(r.data()), r.size());
-      log(6, "closing connection " + std::to_string(o.code) + " " + o.reason);
-      return -1;
-    }
+    if (o.close) return write_close(w, o.code, o.reason);
     const std::size_t n = o.buf.size() - LWS_PRE;
     const int wrote = lws_write(w, o.buf.data() + LWS_PRE, n, LWS_WRITE_BINARY);
     if (wrote < 0 || static_cast<std::size_t>(wrote) < n) {
@@ -307,15 +303,43 @@ struct ClientSession::Impl {
     return 0;
   }
 
-  // Close from inside a callback: set the reason, the caller returns -1.
-  int close_now(lws* w, CloseCode code, const std::string& reason) {
-    close_code = static_cast<std::uint16_t>(code);
+  // Writes the close frame ourselves and waits for the peer's answer (lws then
+  // closes the socket), bounded by a timeout. Returning -1 after lws_close_reason()
+  // is not enough on Debian's lws 4.1.6: built with _DEBUG on libuv it closes every
+  // wsi twice in a row ("uv repeat test"), and the second call kills the socket
+  // before the close frame is sent.
+  int write_close(lws* w, std::uint16_t code, const std::string& reason) {
+    close_code = code;
     close_reason = reason;
-    std::string r = reason.substr(0, 123);
-    lws_close_reason(w, static_cast<lws_close_status>(code),
-                     reinterpret_cast<unsigned char*>(r.data()), r.size());
-    log(4, "closing connection " + std::to_string(close_code) + " " + reason);
-    return -1;
+    closing = true;
+    close_sent = true;
+    unsigned char buf[LWS_PRE + 125];
+    const std::size_t rlen = std::min<std::size_t>(reason.size(), 123);
+    buf[LWS_PRE] = static_cast<unsigned char>(code >> 8);
+    buf[LWS_PRE + 1] = static_cast<unsigned char>(code & 0xff);
+    std::memcpy(buf + LWS_PRE + 2, reason.data(), rlen);
+    log(6, "closing connection " + std::to_string(code) + " " + reason);
+    // 4 is LWS_WRITE_CLOSE, internal to lws 4.1 but the value its own close path uses.
+    if (lws_write(w, buf + LWS_PRE, 2 + rlen, static_cast<lws_write_protocol>(4)) < 0) return -1;
+    lws_set_timeout(w, PENDING_TIMEOUT_CLOSE_ACK, 3);
+    return 0;
+  }
+
+  // Close from inside a receive callback: the close frame goes out before anything
+  // still queued, and nothing more is read from this connection.
+  int close_now(lws* w, CloseCode code, const std::string& reason) {
+    {
+      std::lock_guard lk(mu);
+      Outgoing o;
+      o.close = true;
+      o.code = static_cast<std::uint16_t>(code);
+      o.reason = reason;
+      outq.push_front(std::move(o));
+    }
+    closing = true;
+    log(4, "closing connection " + std::to_string(static_cast<int>(code)) + " " + reason);
+    lws_callback_on_writable(w);
+    return 0;
   }
 
   void queue_close(CloseCode code, std::string reason) {
@@ -336,6 +360,7 @@ struct ClientSession::Impl {
   }
 
   int on_receive(lws* w, const void* in, std::size_t len) {
+    if (closing) return 0;
     if (rx.size() + len > cfg.max_frame_bytes)
       return close_now(w, CloseCode::message_too_big,
                        "frame over " + std::to_string(cfg.max_frame_bytes) + " bytes");
@@ -365,7 +390,7 @@ struct ClientSession::Impl {
     if (auto* wel = std::get_if<msg::Welcome>(&m)) {
       st = SessionState::welcomed;
       backoff.reset();
-      log(6, "welcome broker=" + wel->broker_id + " session=" + wel->session_id);
+      log(7, "welcome broker=" + wel->broker_id + " session=" + wel->session_id);
       if (h.on_welcome) guarded("on_welcome", [&] { h.on_welcome(*wel); });
     } else if (auto* cmd = std::get_if<msg::Command>(&m)) {
       if (h.on_command) guarded("on_command", [&] { h.on_command(*cmd); });
@@ -373,7 +398,7 @@ struct ClientSession::Impl {
       if (h.on_cancel) guarded("on_cancel", [&] { h.on_cancel(*can); });
     } else if (auto* ga = std::get_if<msg::Goaway>(&m)) {
       backoff.override_next(std::chrono::milliseconds(ga->reconnect_after_ms));
-      log(6, "goaway reason=" + ga->reason + " reconnect_after_ms=" +
+      log(7, "goaway reason=" + ga->reason + " reconnect_after_ms=" +
                  std::to_string(ga->reconnect_after_ms));
       if (h.on_goaway) guarded("on_goaway", [&] { h.on_goaway(*ga); });
       // Leave after whatever is queued (results) has been written.
@@ -408,6 +433,8 @@ struct ClientSession::Impl {
       }
       case LWS_CALLBACK_CLIENT_ESTABLISHED: {
         wsi = w;
+        closing = false;
+        close_sent = false;
         rx.clear();
         st = SessionState::open;
         {

@@ -1,0 +1,202 @@
+"""fleetlink-agent against a scriptable broker (fake_broker.py): the protocol
+duties of the agent — HELLO, ACK/RESULT, seq gaps, allow list, duplicates,
+unknown fields, spooling, GOAWAY and 503 Retry-After."""
+import os
+import re
+import time
+import unittest
+
+from fake_broker import FakeBroker, uuid7, write_recorder
+from harness import LabTestCase
+
+UUID7 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+
+
+class AgentProtocolTest(LabTestCase):
+    def setUp(self):
+        super().setUp()
+        self.fb = FakeBroker(self.lab.certs)
+
+    def tearDown(self):
+        self.fb.stop()
+        super().tearDown()
+
+    def agent(self, rig="rig-a", **kw):
+        return self.lab.agent(rig, self.fb.url, **kw)
+
+    def test_hello_ack_and_dmesg_result(self):
+        a = self.agent(label=["site=lab1"])
+        c = self.fb.wait_conn(1)
+        h = c.hello
+        self.assertEqual(h["v"], 1)
+        self.assertEqual(h["rig_id"], "rig-a")
+        self.assertRegex(h["boot_id"], UUID7)
+        self.assertEqual(h["labels"], {"site": "lab1"})
+        for k in ("dmesg", "reboot"):
+            self.assertIn(k, h["kinds"])
+        seq, cmd = c.command("dmesg", {"lines": 5})
+        ack = c.ack_for(cmd)
+        self.assertEqual(ack["seq"], seq)
+        self.assertFalse(ack["duplicate"])
+        res = c.result_for(cmd)
+        if res["status"] == "ok":
+            lines = res["output"].decode().splitlines()
+            self.assertTrue(0 < len(lines) <= 5, lines)
+        else:  # a rig that forbids the kernel log must say so
+            self.assertEqual(res["status"], "failed")
+            self.assertIn("kernel log", res["detail"])
+        self.assertLessEqual(res["started_at_ms"], res["finished_at_ms"])
+        a.wait_log(r"ack seq=1 cmd=" + cmd)
+
+    def test_seq_gap_nacks_runs_nothing_after_and_reconnects(self):
+        a = self.agent()
+        c = self.fb.wait_conn(1)
+        _, c1 = c.command("dmesg", {"lines": 1})
+        c.ack_for(c1)
+        _, c3 = c.command("dmesg", {"lines": 1}, seq=3)
+        c4 = uuid7()
+        try:  # the agent may already be closing: then it certainly did not run it
+            c.command("dmesg", {"lines": 1}, seq=4, cmd_id=c4)
+        except Exception:  # noqa: BLE001 - websockets.ConnectionClosed
+            pass
+        nack = c.nack_for(c3)
+        self.assertEqual(nack["reason"], "seq_gap")
+        self.assertEqual(nack["expected_seq"], 2)
+        code, _ = c.wait_closed()
+        self.assertEqual(code, 4412)
+        self.assertFalse([f for f in c.frames if f.get("cmd_id") in (c3, c4) and f["t"] != "nack"])
+        self.assertFalse([f for f in c.frames if f.get("cmd_id") == c4])
+        # It comes back on its own, same process (same boot_id), seq starting at 1.
+        c2 = self.fb.wait_conn(2)
+        self.assertEqual(c2.hello["boot_id"], c.hello["boot_id"])
+        _, again = c2.command("dmesg", {"lines": 1})
+        c2.ack_for(again)
+        a.wait_log(r"sequence gap")
+
+    def test_kinds_not_allowed_or_unknown_are_nacked(self):
+        self.agent(allow=["dmesg"])
+        c = self.fb.wait_conn(1)
+        self.assertEqual(c.hello["kinds"], ["dmesg"])
+        _, r = c.command("reboot")
+        self.assertEqual(c.nack_for(r)["reason"], "not_allowed")
+        _, u = c.command("teleport")
+        self.assertEqual(c.nack_for(u)["reason"], "unsupported_kind")
+        _, d = c.command("dmesg", {"lines": 1})
+        c.result_for(d)  # refusals do not break the sequence
+
+    def test_unknown_fields_and_types_are_ignored_when_lenient(self):
+        self.agent()
+        c = self.fb.wait_conn(1)
+        c.send("weather", forecast="sunny")  # an unknown message type
+        _, cmd = c.command("dmesg", {"lines": 2}, future_field={"x": 1}, priority=9)
+        c.result_for(cmd)
+        self.assertIsNone(c.close_code)
+
+    def test_unknown_type_closes_4422_when_strict(self):
+        self.agent(strict=True)
+        c = self.fb.wait_conn(1)
+        c.send("weather", forecast="sunny")
+        code, _ = c.wait_closed()
+        self.assertEqual(code, 4422)
+
+    def test_duplicate_seq_is_ignored(self):
+        self.agent()
+        c = self.fb.wait_conn(1)
+        _, cmd = c.command("dmesg", {"lines": 1})
+        c.result_for(cmd)
+        c.command("dmesg", {"lines": 1}, seq=1, cmd_id=uuid7())
+        _, nxt = c.command("dmesg", {"lines": 1}, seq=2)
+        c.result_for(nxt)
+        self.assertEqual(len([f for f in c.frames if f["t"] == "ack"]), 2)
+
+    def test_reboot_runs_once_across_reconnect_and_restart(self):
+        record = self.lab.path("reboots.log")
+        script = write_recorder(self.lab.path("recorder.sh"), record)
+        state = self.lab.path("state-reboot")
+        opts = dict(state_dir=state, reboot_command=script, reboot_delay_ms=100)
+        a = self.agent(**opts)
+        c = self.fb.wait_conn(1)
+        _, cmd = c.command("reboot")
+        self.assertFalse(c.ack_for(cmd)["duplicate"])
+        res = c.result_for(cmd)
+        self.assertEqual(res["status"], "scheduled")
+        deadline = time.monotonic() + 10
+        while not os.path.exists(record) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertTrue(os.path.exists(record), "recorder never ran")
+
+        # The connection drops; the broker redelivers the same cmd_id on the next one.
+        c.close(1011, "broker restart")
+        c2 = self.fb.wait_conn(2)
+        _, same = c2.command("reboot", cmd_id=cmd)
+        self.assertTrue(c2.ack_for(same)["duplicate"])
+        self.assertEqual(c2.result_for(cmd)["status"], "scheduled")  # the stored result, replayed
+
+        # The rig "rebooted": a new agent process on the same state directory.
+        a.stop()
+        self.agent(name="agent-rig-a-2", **opts)
+        c3 = self.fb.wait_conn(3)
+        self.assertNotEqual(c3.hello["boot_id"], c.hello["boot_id"])
+        _, again = c3.command("reboot", cmd_id=cmd)
+        self.assertTrue(c3.ack_for(again)["duplicate"])
+        self.assertEqual(c3.result_for(cmd)["status"], "scheduled")
+        time.sleep(0.5)  # the reboot delay, had it been scheduled again
+        with open(record) as f:
+            self.assertEqual(len(f.read().splitlines()), 1)
+
+    def test_results_finished_while_disconnected_are_spooled_and_sent_after_welcome(self):
+        suites = self.lab.path("suites.json")
+        with open(suites, "w") as f:
+            f.write('{"suites": {"slow": {"argv": ["/bin/sh", "-c", "sleep 1; echo finished"]}}}')
+        a = self.agent(suites=suites)
+        c = self.fb.wait_conn(1)
+        _, cmd = c.command("suite", {"suite": "slow"})
+        c.ack_for(cmd)
+        # Drop the connection and keep the agent out until the suite has finished.
+        self.fb.refuse = 1000
+        self.fb.retry_after = 1
+        c.close(1011, "network blip")
+        a.wait_log(r"result spooled cmd=" + cmd, timeout=10)
+        self.fb.refuse = 0
+        c2 = self.fb.wait_conn(2, timeout=15)
+        res = c2.result_for(cmd)
+        self.assertEqual(res["status"], "ok")
+        self.assertIn(b"finished", res["output"])
+        # Sent once, then gone from the spool.
+        a.wait_log(r"spool flushed sent=1 left=0")
+        self.assertEqual(os.listdir(os.path.join(a.state_dir, "spool")), [])
+
+    def test_goaway_reconnect_after_is_honoured(self):
+        self.agent()
+        c = self.fb.wait_conn(1)
+        c.goaway(1500)
+        code, _ = c.wait_closed()
+        self.assertEqual(code, 1001)
+        c2 = self.fb.wait_conn(2, timeout=10)
+        waited = c2.opened_at - c.closed_at
+        self.assertGreater(waited, 1.3)
+        self.assertLess(waited, 3.0)
+
+    def test_http_503_retry_after_is_honoured(self):
+        self.fb.refuse = 1
+        self.fb.retry_after = 2
+        self.agent()
+        attempts = self.fb.wait_attempts(2, timeout=10)
+        gap = attempts[1] - attempts[0]
+        self.assertGreater(gap, 1.8)  # not the 100 ms backoff the agent was given
+        self.assertLess(gap, 3.5)
+        self.fb.wait_conn(1)
+
+    def test_backoff_grows_without_a_broker(self):
+        self.fb.refuse = 1000
+        self.fb.retry_after = None  # no hint: plain backoff
+        self.agent(backoff_base_ms=100, backoff_cap_ms=400)
+        attempts = self.fb.wait_attempts(6, timeout=15)
+        gaps = [b - a for a, b in zip(attempts, attempts[1:])]
+        # min(100*2^n, 400) x uniform(0.5, 1.5): later gaps are bounded by 1.5 x cap.
+        self.assertTrue(all(g < 0.75 for g in gaps), gaps)
+        self.assertGreater(max(gaps[2:]), 0.15, gaps)
+
+
+if __name__ == "__main__":
+    unittest.main()
