@@ -132,7 +132,8 @@ std::string exec_plugin_request(const CommandContext& ctx) {
 }
 
 ExecPlugin::ExecPlugin(std::string kind, std::string program, ExecPluginOptions options)
-    : kind_(std::move(kind)), program_(std::move(program)), options_(options) {}
+    : kind_(std::move(kind)), program_(std::move(program)), options_(options),
+      jobs_(options.max_running) {}
 
 void ExecPlugin::start(const CommandContext& ctx, std::shared_ptr<Reporter> reporter) {
   std::string request = exec_plugin_request(ctx);

@@ -23,6 +23,7 @@ inline constexpr std::size_t kMaxResultLine = 4096;  // PIPE_BUF: one atomic wri
 struct ExecPluginOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
   std::chrono::milliseconds kill_grace{std::chrono::seconds(5)};
+  std::size_t max_running = 16;  // runs of one plugin at once; more are refused `failed` (busy)
 };
 
 // What a result line said; every field is optional.

@@ -24,6 +24,15 @@ void ProcessJobs::launch(const std::string& cmd_id, std::shared_ptr<Reporter> re
       reporter->finish(std::move(o));
       return;
     }
+    if (jobs_.size() >= max_running_) {
+      Outcome o;
+      o.status = msg::Status::failed;
+      o.exit_code = -1;
+      o.detail = "busy: " + std::to_string(jobs_.size()) + " runs already going (at most " +
+                 std::to_string(max_running_) + " at once)";
+      reporter->finish(std::move(o));
+      return;
+    }
     jobs_.emplace(cmd_id, runner);
     ++threads_;
   }

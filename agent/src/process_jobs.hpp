@@ -20,12 +20,14 @@ class ProcessJobs {
   // to reporter->finish(). It must use the runner it is given so cancel() works.
   using Body = std::function<Outcome(ProcessRunner&)>;
 
-  ProcessJobs() = default;
+  // At most max_running jobs at once: a flood of commands cannot fork-bomb the rig.
+  explicit ProcessJobs(std::size_t max_running = 16) : max_running_(max_running) {}
   ProcessJobs(const ProcessJobs&) = delete;
   ProcessJobs& operator=(const ProcessJobs&) = delete;
   ~ProcessJobs();  // cancels every job and waits for their threads
 
-  // Refuses (finishes `failed` at once) a cmd_id that is already running.
+  // Refuses (finishes `failed` at once) a cmd_id that is already running, and
+  // any job over max_running.
   void launch(const std::string& cmd_id, std::shared_ptr<Reporter> reporter, Body body);
   // True when cmd_id was running; its finish() then reports what the body made of it.
   bool cancel(std::string_view cmd_id);
@@ -36,6 +38,7 @@ class ProcessJobs {
   std::condition_variable done_;
   std::map<std::string, std::shared_ptr<ProcessRunner>, std::less<>> jobs_;
   std::size_t threads_ = 0;
+  std::size_t max_running_;
 };
 
 }  // namespace fleetlink::agent

@@ -31,7 +31,8 @@ std::string known_ids(const SuiteTable& suites) {
 
 }  // namespace
 
-SuiteExecutor::SuiteExecutor(SuiteTable suites) : suites_(std::move(suites)) {}
+SuiteExecutor::SuiteExecutor(SuiteTable suites, std::size_t max_running)
+    : suites_(std::move(suites)), jobs_(max_running) {}
 
 void SuiteExecutor::start(const CommandContext& ctx, std::shared_ptr<Reporter> reporter) {
   auto arg = ctx.args.find("suite");

@@ -13,7 +13,8 @@ namespace fleetlink::agent {
 
 class SuiteExecutor final : public Executor {
  public:
-  explicit SuiteExecutor(SuiteTable suites);
+  // max_running: suite runs at once (all suites together); more are refused `failed` (busy).
+  explicit SuiteExecutor(SuiteTable suites, std::size_t max_running = 8);
   ~SuiteExecutor() override = default;  // ProcessJobs cancels and waits for running suites
 
   std::string_view kind() const override { return "suite"; }

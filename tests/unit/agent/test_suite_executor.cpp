@@ -159,3 +159,21 @@ TEST_CASE("suite executor: destroying the executor stops running suites") {
   REQUIRE(o.has_value());
   CHECK(o->status == msg::Status::cancelled);
 }
+
+TEST_CASE("suite executor: runs over the concurrency limit are refused as busy") {
+  SuiteExecutor ex(table(), 2);
+  auto a = std::make_shared<RecordingReporter>();
+  auto b = std::make_shared<RecordingReporter>();
+  auto c = std::make_shared<RecordingReporter>();
+  ex.start(cmd("a", "long"), a);
+  ex.start(cmd("b", "long"), b);
+  ex.start(cmd("c", "long"), c);
+  auto oc = c->wait(2s);
+  REQUIRE(oc.has_value());
+  CHECK(oc->status == msg::Status::failed);
+  CHECK(oc->detail == "busy: 2 runs already going (at most 2 at once)");
+  ex.cancel("a");
+  ex.cancel("b");
+  CHECK(a->wait(5s).has_value());
+  CHECK(b->wait(5s).has_value());
+}
