@@ -164,9 +164,11 @@ class RigSim:
         if tls:
             argv += ["--issue-ca", bench.ca.directory]
         if source_ip:
-            argv += ["--source-ip", source_ip]
+            # many source addresses: one address's ephemeral ports make connect() O(ports in use)
+            argv += ["--source-ip", source_ip, "--source-ip-count", "64"]
         argv += extra or []
         self.err = open(bench.path(f"{tag}.err"), "wb")
+        self.out_log = open(bench.path(f"{tag}.jsonl"), "w")
         self.proc = subprocess.Popen(_pinned(bench.load_cpu, argv), stdout=subprocess.PIPE,
                                      stderr=self.err, stdin=subprocess.DEVNULL,
                                      preexec_fn=_raise_nofile, text=True, bufsize=1)
@@ -179,6 +181,7 @@ class RigSim:
 
     def _read(self):
         for line in self.proc.stdout:
+            self.out_log.write(line)
             try:
                 status = json.loads(line)
             except ValueError:
@@ -220,6 +223,7 @@ class RigSim:
                 self.proc.wait()
         self.reader.join(2)
         self.err.close()
+        self.out_log.close()
         return self.snapshot()
 
 
@@ -238,7 +242,7 @@ class Fleet:
             count = n // procs + (1 if k < n % procs else 0)
             start = sum(s.count for s in self.sims)
             self.sims.append(RigSim(bench, broker.url(tls), count, start_index=start,
-                                    source_ip=f"127.0.0.{2 + k}" if procs > 1 else None,
+                                    source_ip=f"127.{1 + k}.0.1",
                                     tls=tls, connect_rate=connect_rate / procs,
                                     backoff_base_ms=backoff_base_ms,
                                     tag=f"rigsim-{'mtls' if tls else 'plain'}-{n}-{k}"))

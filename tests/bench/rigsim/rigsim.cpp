@@ -87,6 +87,7 @@ struct Options {
   std::string issue_ca;        // issue certificates in memory from DIR/ca.crt + DIR/ca.key
   std::string verify_ca;       // verify the broker's certificate against this CA (off by default)
   std::string source_ip;
+  unsigned source_ip_count = 1;  // rig k binds to source_ip + (k % count)
   double connect_rate = 0;     // new connections per second at start-up; 0 = all at once
   unsigned result_bytes = 64;
   unsigned backoff_base_ms = 1000;
@@ -188,7 +189,7 @@ class Simulator {
   int ep_ = -1;
   int sigfd_ = -1;
   sockaddr_in dst_{};
-  sockaddr_in src_{};
+  std::uint32_t src_base_ = 0;   // host byte order
   bool bind_src_ = false;
   SSL_CTX* ctx_ = nullptr;
   std::vector<Rig> rigs_;
@@ -227,11 +228,12 @@ bool Simulator::setup() {
     return false;
   }
   if (!o_.source_ip.empty()) {
-    src_.sin_family = AF_INET;
-    if (inet_pton(AF_INET, o_.source_ip.c_str(), &src_.sin_addr) != 1) {
+    in_addr a{};
+    if (inet_pton(AF_INET, o_.source_ip.c_str(), &a) != 1 || o_.source_ip_count == 0) {
       std::fprintf(stderr, "rigsim: bad --source-ip %s\n", o_.source_ip.c_str());
       return false;
     }
+    src_base_ = ntohl(a.s_addr);
     bind_src_ = true;
   }
 
@@ -340,8 +342,15 @@ void Simulator::start_connect(std::uint32_t i) {
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (bind_src_) {
+    // Why several source addresses: with ~20,000 connections from one address to one
+    // port, the kernel's ephemeral-port search (__inet_hash_connect) walks the used
+    // ports on every connect() and becomes most of this process's CPU. Spread over
+    // K addresses, the first candidate port is almost always free.
+    sockaddr_in src{};
+    src.sin_family = AF_INET;
+    src.sin_addr.s_addr = htonl(src_base_ + i % o_.source_ip_count);
     setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
-    bind(fd, reinterpret_cast<const sockaddr*>(&src_), sizeof src_);
+    bind(fd, reinterpret_cast<const sockaddr*>(&src), sizeof src);
   }
   r.fd = fd;
   r.phase = Phase::connecting;
@@ -753,6 +762,8 @@ int main(int argc, char** argv) {
   app.add_option("--issue-ca", o.issue_ca, "issue rig certificates in memory from DIR/ca.crt + DIR/ca.key");
   app.add_option("--verify-ca", o.verify_ca, "verify the broker certificate against this CA file");
   app.add_option("--source-ip", o.source_ip, "bind to this 127.0.0.X before connecting");
+  app.add_option("--source-ip-count", o.source_ip_count,
+                 "spread rigs over this many consecutive source addresses from --source-ip");
   app.add_option("--connect-rate", o.connect_rate, "initial connections per second (0 = all at once)");
   app.add_option("--result-bytes", o.result_bytes, "output bytes in each RESULT");
   app.add_option("--backoff-base-ms", o.backoff_base_ms);
