@@ -70,7 +70,11 @@ Outcome outcome_from_run(const RunResult& run, const OutputCollector& output,
   const std::string name(what);
   const std::string ended = run.signal != 0 ? "killed by " + signal_name(run.signal)
                                             : "exit code " + std::to_string(run.exit_code);
-  if (run.cancelled) {
+  if (run.cancelled && run.pid < 0) {
+    o.status = msg::Status::cancelled;
+    o.exit_code = -1;
+    o.detail = name + " cancelled before it started";
+  } else if (run.cancelled) {
     o.status = msg::Status::cancelled;
     o.detail = name + " cancelled (" + ended + (run.sigkill_sent ? ", after SIGTERM grace" : "") + ")";
   } else if (run.timed_out) {

@@ -309,5 +309,9 @@ TEST_CASE("outcome mapping") {
   CHECK(outcome_from_run(run, out, "x").status == msg::Status::timeout);
   run.timed_out = false;
   run.cancelled = true;
+  run.pid = 1234;
   CHECK(outcome_from_run(run, out, "x").status == msg::Status::cancelled);
+  CHECK(outcome_from_run(run, out, "x").detail == "x cancelled (killed by SIGTERM)");
+  run.pid = -1;
+  CHECK(outcome_from_run(run, out, "x").detail == "x cancelled before it started");
 }
