@@ -100,9 +100,26 @@ std::string read_token_file(const std::string& path, bool& ok) {
 
 // ---- subcommands --------------------------------------------------------
 
-int cmd_rigs(ControlClient& c, const Globals& g) {
+struct RigsFilter {
+  std::string state;
+  std::string rig_glob;
+  std::string label;
+};
+
+int cmd_rigs(ControlClient& c, const Globals& g, const RigsFilter& f) {
+  std::string query;
+  auto add = [&](const char* key, const std::string& value) {
+    if (value.empty()) return;
+    query += query.empty() ? "?" : "&";
+    query += key;
+    query += "=";
+    query += c.escape(value);
+  };
+  add("state", f.state);
+  add("rig", f.rig_glob);
+  add("label", f.label);
   TransportError e;
-  const auto r = c.call("GET", "/v1/rigs", {}, e);
+  const auto r = c.call("GET", "/v1/rigs" + query, {}, e);
   if (!r) return unreachable(e);
   if (r->status != 200) return api_error(*r, g);
   if (g.json_output) {
@@ -365,6 +382,10 @@ int main(int argc, char** argv) {
   app.add_flag("--json", g.json_output, "print the control API's raw JSON");
 
   auto* rigs = app.add_subcommand("rigs", "list live rigs");
+  RigsFilter rigs_filter;
+  rigs->add_option("--state", rigs_filter.state, "only rigs in this state (connected, unresponsive, draining)");
+  rigs->add_option("--rig", rigs_filter.rig_glob, "only rig ids matching this glob (rig-04*)");
+  rigs->add_option("--label", rigs_filter.label, "only rigs with this label (key or key=value)");
   std::string rig_id;
   auto* rig = app.add_subcommand("rig", "show one rig, with its unacknowledged commands");
   rig->add_option("RIG", rig_id, "rig id")->required();
@@ -420,7 +441,7 @@ int main(int argc, char** argv) {
   }
 
   ControlClient client(g.control, g.token);
-  if (*rigs) return cmd_rigs(client, g);
+  if (*rigs) return cmd_rigs(client, g, rigs_filter);
   if (*rig) return cmd_rig(client, g, rig_id);
   if (*send) return cmd_send(client, g, rig_id, kind, lines, args, wait, timeout_s);
   if (*status) return cmd_status(client, g, cmd_id);

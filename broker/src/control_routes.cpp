@@ -1,7 +1,10 @@
 #include "control_routes.hpp"
 
+#include <fnmatch.h>
+
 #include <charconv>
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -162,6 +165,35 @@ HttpResponse post_drain(const HttpRequest& req, const Fleet& fleet,
   return r;
 }
 
+// GET /v1/rigs?state=unresponsive&rig=rig-04*&label=lab=b2
+struct RigFilter {
+  std::string state;
+  std::string rig_glob;
+  std::string label_key;
+  std::string label_value;
+
+  static RigFilter from_query(const std::map<std::string, std::string>& q) {
+    RigFilter f;
+    if (auto it = q.find("state"); it != q.end()) f.state = it->second;
+    if (auto it = q.find("rig"); it != q.end()) f.rig_glob = it->second;
+    if (auto it = q.find("label"); it != q.end()) {
+      const std::size_t eq = it->second.find('=');
+      f.label_key = it->second.substr(0, eq);
+      if (eq != std::string::npos) f.label_value = it->second.substr(eq + 1);
+    }
+    return f;
+  }
+  bool matches(const RigView& r) const {
+    if (!state.empty() && r.state != state) return false;
+    if (!rig_glob.empty() && fnmatch(rig_glob.c_str(), r.rig_id.c_str(), 0) != 0) return false;
+    if (!label_key.empty()) {
+      const auto it = r.labels.find(label_key);
+      if (it == r.labels.end() || (!label_value.empty() && it->second != label_value)) return false;
+    }
+    return true;
+  }
+};
+
 HttpResponse metrics_page(const BrokerMetrics& metrics) {
   HttpResponse r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
@@ -207,8 +239,11 @@ HttpResponse route(const HttpRequest& req, Fleet& fleet, const BrokerMetrics& me
   if (collection == "rigs") {
     if (seg.size() == 2) {
       if (!get) return method_not_allowed("GET");
+      const RigFilter filter = RigFilter::from_query(parse_query(req.query));
       json list = json::array();
-      for (const RigView& rig : fleet.rigs()) list.push_back(rig_json(rig, now_ms, false));
+      for (const RigView& rig : fleet.rigs()) {
+        if (filter.matches(rig)) list.push_back(rig_json(rig, now_ms, false));
+      }
       return json_response(200, json{{"rigs", std::move(list)}});
     }
     const std::string& rig_id = seg[2];

@@ -43,6 +43,13 @@ class TestFleetctlBasics(FleetctlCase):
             self.assertEqual(cols[2], api[rig_id]["boot_id"])
             self.assertEqual(cols[6], f"0/{api[rig_id]['outbox_capacity']}")
 
+        r = self.fleetctl("rigs", "--rig", "rig-b")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual([line.split()[0] for line in r.stdout.splitlines()[1:]], ["rig-b"])
+        r = self.fleetctl("rigs", "--state", "unresponsive")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(len(r.stdout.splitlines()), 1)  # header only
+
         r = self.fleetctl("--json", "rigs")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual({x["rig_id"] for x in json.loads(r.stdout)["rigs"]}, {"rig-a", "rig-b"})

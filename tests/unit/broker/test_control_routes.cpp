@@ -395,3 +395,27 @@ TEST_CASE("control: ?wait=acked|done holds the answer until the command gets the
   req.query.clear();
   CHECK_FALSE(handle_control_request(req, f.fleet, f.metrics, f.options, kNow).hold);
 }
+
+TEST_CASE("control: GET /v1/rigs filters by state, rig glob and label") {
+  Fixture f;
+  f.fleet.rig_map["rig-0414"] = make_rig("rig-0414");
+  f.fleet.rig_map["rig-0414"].state = "unresponsive";
+  f.fleet.rig_map["rig-0414"].labels = {{"lab", "a1"}};
+  auto ids = [&](const std::string& query) {
+    HttpRequest req;
+    req.method = "GET";
+    req.path = "/v1/rigs";
+    req.query = query;
+    const json j = body_of(handle_control_request(req, f.fleet, f.metrics, f.options, kNow));
+    std::vector<std::string> out;
+    for (const auto& r : j["rigs"]) out.push_back(r["rig_id"].get<std::string>());
+    return out;
+  };
+  CHECK(ids("").size() == 3);
+  CHECK(ids("state=unresponsive") == std::vector<std::string>{"rig-0414"});
+  CHECK(ids("rig=rig-0*") == std::vector<std::string>{"rig-0414"});
+  CHECK(ids("rig=rig-%5B12%5D") == std::vector<std::string>{"rig-1", "rig-2"});
+  CHECK(ids("label=lab=b2") == std::vector<std::string>{"rig-1", "rig-2"});
+  CHECK(ids("label=lab") == std::vector<std::string>{"rig-0414", "rig-1", "rig-2"});
+  CHECK(ids("state=connected&label=lab=a1").empty());
+}
