@@ -309,6 +309,49 @@ class DebianPackages(unittest.TestCase):
             self.assertNotRegex(postinst, r"(?m)^\s*deb-systemd-helper\s+enable")
             self.assertIn("systemctl stop", self.control_file(pkg, "prerm"))
 
+    def run_script_with_stubs(self, pkg, script, *args):
+        """Run a maintainer script with every command that changes the system
+        replaced by a stub that records its arguments; returns the recorded calls."""
+        stubs = tempfile.mkdtemp(dir=self.tmp)
+        calls = os.path.join(stubs, "calls")
+        # getent finds nothing and dpkg-statoverride --list has no override: a first install.
+        behaviour = {"getent": "exit 2", "dpkg-statoverride": 'case "$1" in --list) exit 1;; esac'}
+        for cmd in ("getent", "adduser", "addgroup", "useradd", "groupadd", "dpkg-statoverride",
+                    "install", "chgrp", "chown", "chmod", "systemctl", "deb-systemd-helper",
+                    "deb-systemd-invoke", "ldconfig", "rm", "rmdir"):
+            with open(os.path.join(stubs, cmd), "w") as f:
+                f.write(f'#!/bin/sh\necho "{cmd} $*" >> "{calls}"\n{behaviour.get(cmd, "")}\nexit 0\n')
+            os.chmod(os.path.join(stubs, cmd), 0o755)
+        env = dict(os.environ, PATH=stubs + ":/usr/bin:/bin")
+        out = subprocess.run(["sh", os.path.join(self.control[pkg], script), *args], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stdout)
+        if not os.path.exists(calls):
+            return []
+        with open(calls) as f:
+            return f.read().splitlines()
+
+    def test_postinst_first_install(self):
+        for pkg in ("fleetlink-agent", "fleetlink-broker"):
+            calls = self.run_script_with_stubs(pkg, "postinst", "configure", "")
+            text = "\n".join(calls)
+            self.assertRegex(text, r"(?m)^adduser --system --group .*--home /var/lib/fleetlink .*fleetlink$")
+            self.assertIn("dpkg-statoverride --update --add root fleetlink 0750 /etc/fleetlink", calls)
+            if pkg == "fleetlink-broker":
+                self.assertIn("dpkg-statoverride --update --add root fleetlink 0640 /etc/fleetlink/broker.conf",
+                              calls)
+            if not os.path.isdir("/var/lib/fleetlink"):
+                self.assertIn("install -d -m 0750 -o root -g fleetlink /var/lib/fleetlink", calls)
+            self.assertFalse([c for c in calls if re.match(r"systemctl (enable|start|restart)", c)], calls)
+
+    def test_prerm_remove_and_postrm_purge(self):
+        for pkg in ("fleetlink-agent", "fleetlink-broker"):
+            calls = self.run_script_with_stubs(pkg, "prerm", "remove")
+            self.assertIn(f"systemctl disable --quiet {pkg}.service", calls)
+            calls = self.run_script_with_stubs(pkg, "postrm", "purge")
+            # The user and the agent's state survive a purge.
+            self.assertFalse([c for c in calls if re.match(r"(deluser|userdel|rm) ", c)], calls)
+
     # ---- systemd units ---------------------------------------------------------
     def unit(self, name):
         path = self.packaged(f"/usr/lib/systemd/system/{name}.service")
