@@ -1,0 +1,70 @@
+"""fleetlink-agent with the real broker on loopback (mutual TLS): dmesg and
+reboot through the control API, an allow-list refusal, and reconnecting after
+the broker is killed and restarted."""
+import os
+import time
+import unittest
+
+from fake_broker import write_recorder
+from harness import LabTestCase, wait_for
+
+
+class AgentWithBrokerTest(LabTestCase):
+    def test_dmesg_result_arrives(self):
+        b = self.lab.broker()
+        a = self.lab.agent("rig-a", b)
+        b.wait_rigs(["rig-a"])
+        rig = b.rigs()["rig-a"]
+        self.assertIn("dmesg", rig["kinds"])
+        cmd = b.run("rig-a", "dmesg", {"lines": 20})
+        self.assertEqual(cmd["state"], "done", cmd)
+        res = cmd["result"]
+        if res["status"] == "ok":
+            lines = res["output"].splitlines()
+            self.assertTrue(0 < len(lines) <= 20, lines)
+        else:
+            self.assertEqual(res["status"], "failed")
+            self.assertIn("kernel log", res["detail"])
+        a.wait_log(r"result cmd=" + cmd["cmd_id"])
+
+    def test_reboot_is_scheduled_and_runs_the_configured_command_once(self):
+        record = self.lab.path("reboots.log")
+        script = write_recorder(self.lab.path("recorder.sh"), record)
+        b = self.lab.broker()
+        self.lab.agent("rig-a", b, reboot_command=script, reboot_delay_ms=100)
+        b.wait_rigs(["rig-a"])
+        cmd = b.run("rig-a", "reboot")
+        self.assertEqual(cmd["result"]["status"], "scheduled", cmd)
+        wait_for(lambda: os.path.exists(record), 10, what="recorder ran")
+        time.sleep(0.3)
+        with open(record) as f:
+            self.assertEqual(len(f.read().splitlines()), 1)
+
+    def test_not_allowed_kind_is_refused(self):
+        b = self.lab.broker()
+        self.lab.agent("rig-a", b, allow=["dmesg"])
+        b.wait_rigs(["rig-a"])
+        status, body = b.send("rig-a", "reboot")
+        if status == 202:  # the broker may leave the refusal to the agent
+            cmd = b.wait_command(body["cmd_id"])
+            self.assertEqual(cmd["state"], "nacked", cmd)
+            self.assertEqual(cmd["nack"]["reason"], "not_allowed")
+        else:  # or refuse kinds the rig did not announce in HELLO
+            self.assertEqual(status, 422, body)
+
+    def test_agent_reconnects_after_the_broker_is_killed(self):
+        b = self.lab.broker()
+        a = self.lab.agent("rig-a", b)
+        b.wait_rigs(["rig-a"])
+        port, control = b.listen_port, b.control_port
+        b.kill()
+        mark = a.log_size()
+        a.wait_log(r"disconnected", start=mark)
+        b2 = self.lab.broker(name="broker2", listen_port=port, control_port=control)
+        b2.wait_rigs(["rig-a"], timeout=20)
+        cmd = b2.run("rig-a", "dmesg", {"lines": 3})
+        self.assertEqual(cmd["state"], "done", cmd)
+
+
+if __name__ == "__main__":
+    unittest.main()
