@@ -37,6 +37,12 @@ Connection* conn_of(void* user) {
   return (c && c->magic == Connection::kMagic) ? c : nullptr;
 }
 
+// No lws "validity" timer per rig connection: the broker runs its own keepalive, and
+// lws 4.1.6 re-inserts that timer into one sorted list, walking every connection, at each
+// WebSocket establishment and each PONG: O(connections) per event. At 19,900 rigs that
+// walk was 53% of the broker's CPU and starved HELLOs and pongs (4008/4002 closes).
+const lws_retry_bo_t g_no_lws_validity = {};
+
 lws_protocols g_agent_protocols[] = {
     {"fleetlink.v1", &Broker::lws_callback, sizeof(Connection), kRxBufferSize, 0, nullptr, 0},
     {nullptr, nullptr, 0, 0, 0, nullptr, 0},
@@ -150,6 +156,7 @@ Expected<void> Broker::start() {
   vh.ssl_private_key_filepath = cfg_.key.c_str();
   vh.ssl_ca_filepath = cfg_.ca.c_str();
   vh.user = this;
+  vh.retry_and_idle_policy = &g_no_lws_validity;
   agent_vhost_ = lws_create_vhost(context_, &vh);
   if (!agent_vhost_)
     return make_error(Errc::io, "cannot create the TLS listener: check --cert " + cfg_.cert + " --key " +
@@ -179,6 +186,7 @@ Expected<void> Broker::start() {
     pv.protocols = g_agent_protocols;
     pv.options = LWS_SERVER_OPTION_LIBUV;
     pv.user = this;
+    pv.retry_and_idle_policy = &g_no_lws_validity;
     plain_vhost_ = lws_create_vhost(context_, &pv);
     if (!plain_vhost_) return make_error(Errc::io, "cannot create the plain ws vhost");
     plain_listener_ = std::make_unique<AdmissionListener>(loop_, adopt_into(plain_vhost_));
