@@ -139,7 +139,11 @@ Expected<void> Broker::start() {
   info.port = CONTEXT_PORT_NO_LISTEN;
   info.user = this;
   info.pt_serv_buf_size = 16 * 1024;
-  info.max_http_header_pool = 1024;
+  // Header memory (~5 KB each) is only held during a handshake; a small pool
+  // bounds the peak of a reconnect storm (later handshakes wait their turn), so
+  // the heap does not stay fragmented at the storm's high-water mark.
+  info.max_http_header_pool = 64;
+  info.max_http_header_data = 2048;
   context_ = lws_create_context(&info);
   if (!context_) return make_error(Errc::io, "lws_create_context failed (is libwebsockets-evlib-uv installed?)");
 
@@ -309,8 +313,7 @@ int Broker::on_callback(lws* wsi, int reason, void* user, void* in, std::size_t 
       if (!user) return -1;
       // Not lws_get_vhost(wsi) == plain_vhost_: on the upgrade lws 4.1 re-binds the wsi to a vhost
       // chosen by port (seen: the TLS one), so plain rigs failed 4401. The socket itself tells.
-      auto* c = new (user) Connection(wsi, lws_is_ssl(wsi) == 0, cfg_.rig_rate,
-                                      cfg_.rig_burst, mono_us(), mono_ms(), wall_ms());
+      auto* c = new (user) Connection(wsi, lws_is_ssl(wsi) == 0, cfg_.rig_burst, mono_ms(), wall_ms());
       c->next = head_;
       if (head_) head_->prev = c;
       head_ = c;
@@ -426,7 +429,7 @@ int Broker::on_receive(Connection& c, const std::uint8_t* in, std::size_t len) {
 void Broker::on_frame(Connection& c, std::span<const std::uint8_t> frame) {
   ++metrics_.frames_in;
   c.last_seen_wall_ms = wall_ms();
-  if (!c.rate_limit.try_take(mono_us())) {
+  if (!c.rate_limit.try_take(mono_ms(), cfg_.rig_rate, cfg_.rig_burst)) {
     ++metrics_.frames_rejected;
     FL_WARN("rig=%s over the inbound rate limit (%.0f/s, burst %.0f)", c.rig_id.c_str(), cfg_.rig_rate,
             cfg_.rig_burst);
@@ -512,12 +515,12 @@ void Broker::on_hello(Connection& c, msg::Hello hello) {
   Connection* old = nullptr;
   if (auto it = rigs_.find(hello.rig_id); it != rigs_.end()) {
     old = it->second;
-    existing = ExistingConnection{old->boot_id, old->phase == ConnPhase::closing, old->keepalive.missed};
+    existing = ExistingConnection{old->boot_id.to_string(), old->phase == ConnPhase::closing, old->keepalive.missed};
   }
   HelloDecision d = decide_hello(hello, identity, existing);
   if (d.verdict == HelloVerdict::supersede_existing && old) {
     // Drop the old connection first so its registry entry is released before the claim.
-    FL_INFO("rig=%s superseded: old boot=%s new boot=%s (%s)", hello.rig_id.c_str(), old->boot_id.c_str(),
+    FL_INFO("rig=%s superseded: old boot=%s new boot=%s (%s)", hello.rig_id.c_str(), existing->boot_id.c_str(),
             hello.boot_id.c_str(), d.reason.c_str());
     request_close(*old, CloseCode::superseded, "superseded by a newer connection");
   }
@@ -533,7 +536,7 @@ void Broker::on_hello(Connection& c, msg::Hello hello) {
             hello.boot_id.c_str(), peer_of(c.wsi).c_str(), identity ? identity->subject.c_str() : "(plain)",
             to_string(d.verdict), d.reason.c_str());
     if (d.verdict == HelloVerdict::reject_duplicate && old && old->phase == ConnPhase::live &&
-        old->boot_id == hello.boot_id && !old->want_ping) {
+        existing && existing->boot_id == hello.boot_id && !old->want_ping) {
       // The same agent process says it reconnected: its old socket is probably
       // half-open. Probe it now instead of waiting for the next ping.
       old->want_ping = true;
@@ -544,20 +547,22 @@ void Broker::on_hello(Connection& c, msg::Hello hello) {
     return;
   }
   c.rig_id = std::move(hello.rig_id);
-  c.boot_id = std::move(hello.boot_id);
-  c.agent_version = std::move(hello.agent_version);
-  c.kinds = std::move(hello.kinds);
+  c.boot_id = parse_uuid(hello.boot_id).value_or(Uuid{});  // validated by hello_problem
+  c.agent_version = &*versions_.insert(std::move(hello.agent_version)).first;
+  std::sort(hello.kinds.begin(), hello.kinds.end());
+  c.kinds = &*kind_sets_.insert(std::move(hello.kinds)).first;
   c.labels.assign(std::make_move_iterator(hello.labels.begin()), std::make_move_iterator(hello.labels.end()));
   c.phase = ConnPhase::live;
   c.registered = true;
-  rigs_[c.rig_id] = &c;
+  rigs_.erase(std::string_view(c.rig_id));
+  rigs_.emplace(std::string_view(c.rig_id), &c);
   ++metrics_.rigs_registered;
   c.keepalive.start(mono_ms(), keepalive_);
   c.want_welcome = true;
   lws_callback_on_writable(c.wsi);
-  FL_INFO("hello rig=%s boot=%s version=%s peer=%s outcome=%s", c.rig_id.c_str(), c.boot_id.c_str(),
-          c.agent_version.c_str(), peer_of(c.wsi).c_str(), to_string(d.verdict));
-  emit("rig_connected", c.rig_id, {}, c.boot_id);
+  FL_INFO("hello rig=%s boot=%s version=%s peer=%s outcome=%s", c.rig_id.c_str(), hello.boot_id.c_str(),
+          c.agent_version->c_str(), peer_of(c.wsi).c_str(), to_string(d.verdict));
+  emit("rig_connected", c.rig_id, {}, hello.boot_id);
 }
 
 void Broker::on_ack(Connection& c, const msg::Ack& ack) {
@@ -743,7 +748,7 @@ void Broker::unregister(Connection& c, const std::string& why) {
     auto it = rigs_.find(c.rig_id);
     if (it != rigs_.end() && it->second == &c) {
       rigs_.erase(it);
-      registry_->release(c.rig_id, c.boot_id, cfg_.broker_id);
+      registry_->release(c.rig_id, c.boot_id.to_string(), cfg_.broker_id);
     }
     --metrics_.rigs_registered;
     emit("rig_disconnected", c.rig_id, {}, why);
@@ -823,7 +828,7 @@ void Broker::sweep() {
   if (now - last_refresh_ms_ >= 10000) {
     last_refresh_ms_ = now;
     std::uint64_t wall = wall_ms();
-    for (auto& [rig, c] : rigs_) registry_->refresh(rig, c->boot_id, cfg_.broker_id, wall);
+    for (auto& [rig, c] : rigs_) registry_->refresh(rig, c->boot_id.to_string(), cfg_.broker_id, wall);
   }
   if (drain_.active) check_drain_done();
 }
@@ -847,11 +852,11 @@ EnqueueOutcome Broker::enqueue(std::string_view rig_id, std::string kind, String
   for (const auto& [k, v] : args) arg_bytes += k.size() + v.size();
   if (arg_bytes > kMaxArgBytes || arg_bytes + 256 > cfg_.max_frame_bytes)
     return fail(EnqueueError::bad_request, "args larger than " + std::to_string(kMaxArgBytes) + " bytes");
-  auto it = rigs_.find(std::string(rig_id));
+  auto it = rigs_.find(rig_id);
   if (it == rigs_.end())
     return fail(EnqueueError::unknown_rig, "rig " + std::string(rig_id) + " is not connected to " + cfg_.broker_id);
   Connection& c = *it->second;
-  if (!c.kinds.empty() && std::find(c.kinds.begin(), c.kinds.end(), kind) == c.kinds.end())
+  if (c.kinds && !c.kinds->empty() && !std::binary_search(c.kinds->begin(), c.kinds->end(), kind))
     return fail(EnqueueError::unsupported_kind, "rig " + c.rig_id + " does not run '" + kind + "'");
   std::string cmd_id = uuid_v7().to_string();
   std::uint64_t now = wall_ms();
@@ -889,10 +894,10 @@ RigView Broker::view_of(const Connection& c) const {
   RigView r;
   r.rig_id = c.rig_id;
   r.state = drain_.active ? "draining" : c.keepalive.missed > 0 ? "unresponsive" : "connected";
-  r.boot_id = c.boot_id;
-  r.agent_version = c.agent_version;
+  r.boot_id = c.boot_id.to_string();
+  if (c.agent_version) r.agent_version = *c.agent_version;
   r.labels = StringMap(c.labels.begin(), c.labels.end());
-  r.kinds = c.kinds;
+  if (c.kinds) r.kinds = *c.kinds;
   r.peer = peer_of(c.wsi);
   r.connected_at_ms = c.connected_at_ms;
   r.last_seen_ms = c.last_seen_wall_ms ? c.last_seen_wall_ms : c.connected_at_ms;
@@ -924,7 +929,7 @@ std::vector<RigView> Broker::rigs() const {
 }
 
 std::optional<RigView> Broker::rig(std::string_view rig_id) const {
-  auto it = rigs_.find(std::string(rig_id));
+  auto it = rigs_.find(rig_id);
   if (it == rigs_.end()) return std::nullopt;
   return view_of(*it->second);
 }
@@ -936,7 +941,7 @@ std::optional<CommandView> Broker::command(std::string_view cmd_id) const {
 }
 
 bool Broker::force_reconnect(std::string_view rig_id) {
-  auto it = rigs_.find(std::string(rig_id));
+  auto it = rigs_.find(rig_id);
   if (it == rigs_.end()) return false;
   request_close(*it->second, CloseCode::forced_reconnect, "operator asked for a reconnect");
   return true;

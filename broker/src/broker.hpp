@@ -11,9 +11,12 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <set>
+#include <string_view>
 #include <unordered_map>
 
 #include "admission.hpp"
+#include "fleetlink/token_bucket.hpp"
 #include "command_table.hpp"
 #include "config.hpp"
 #include "connection.hpp"
@@ -126,7 +129,10 @@ class Broker final : public Fleet {
 
   Connection* head_ = nullptr;     // every WebSocket connection
   std::size_t connection_count_ = 0;
-  std::unordered_map<std::string, Connection*> rigs_;  // registered rigs
+  // Registered rigs; the key views the Connection's own rig_id (erased before it goes).
+  std::unordered_map<std::string_view, Connection*> rigs_;
+  std::set<std::string> versions_;                  // interned agent versions
+  std::set<std::vector<std::string>> kind_sets_;    // interned kind lists
   CommandTable commands_;
   DrainPlan drain_;
   std::mt19937_64 rng_;

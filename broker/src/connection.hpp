@@ -9,9 +9,10 @@
 #include <vector>
 
 #include "fleetlink/messages.hpp"
-#include "fleetlink/token_bucket.hpp"
+#include "fleetlink/uuid.hpp"
 #include "keepalive.hpp"
 #include "outbox.hpp"
+#include "rate_limiter.hpp"
 
 struct lws;
 
@@ -22,9 +23,8 @@ enum class ConnPhase : std::uint8_t { awaiting_hello, live, closing };
 struct Connection {
   static constexpr std::uint32_t kMagic = 0xF1EE7C0Au;
 
-  Connection(lws* w, bool plain_listener, double rate, double burst, std::uint64_t now_us,
-             std::uint32_t now_mono_ms, std::uint64_t now_wall_ms)
-      : wsi(w), rate_limit(rate, burst, now_us), established_mono_ms(now_mono_ms),
+  Connection(lws* w, bool plain_listener, double burst, std::uint32_t now_mono_ms, std::uint64_t now_wall_ms)
+      : wsi(w), rate_limit(burst, now_mono_ms), established_mono_ms(now_mono_ms),
         connected_at_ms(now_wall_ms), plain(plain_listener) {}
 
   std::uint32_t magic = kMagic;
@@ -32,15 +32,16 @@ struct Connection {
   Connection* prev = nullptr;        // every WebSocket connection, for the sweep timer
   Connection* next = nullptr;
 
-  std::string rig_id;
-  std::string boot_id;
-  std::string agent_version;
-  std::vector<std::string> kinds;
+  std::string rig_id;                // short ids fit the string's inline buffer
+  Uuid boot_id;                      // binary (byte order = text order = time order)
+  // Interned by the broker: a fleet shares a handful of versions and kind sets.
+  const std::string* agent_version = nullptr;
+  const std::vector<std::string>* kinds = nullptr;
   std::vector<std::pair<std::string, std::string>> labels;  // smaller than a map, sorted
 
   Outbox outbox;
   KeepaliveState keepalive;
-  TokenBucket rate_limit;            // inbound frames per second
+  RateLimiter rate_limit;            // inbound frames per second
 
   std::uint32_t established_mono_ms;
   std::uint64_t connected_at_ms;     // wall clock

@@ -92,3 +92,20 @@ TEST_CASE("embedded registry: newer boot wins, exact owner refreshes, TTL expire
   r.release("rig", "b0", "brokerA");
   CHECK(r.size() == 0);
 }
+
+#include "rate_limiter.hpp"
+
+TEST_CASE("rate limiter: burst, then rate per second") {
+  RateLimiter r(3, 0);
+  CHECK(r.try_take(0, 10, 3));
+  CHECK(r.try_take(0, 10, 3));
+  CHECK(r.try_take(0, 10, 3));
+  CHECK_FALSE(r.try_take(0, 10, 3));
+  CHECK_FALSE(r.try_take(50, 10, 3));  // half a token
+  CHECK(r.try_take(100, 10, 3));       // one token after 100 ms at 10/s
+  CHECK(r.try_take(10'000, 10, 3));    // capped at burst
+  CHECK(r.try_take(10'000, 10, 3));
+  CHECK(r.try_take(10'000, 10, 3));
+  CHECK_FALSE(r.try_take(10'000, 10, 3));
+  CHECK(sizeof(RateLimiter) == 8);
+}
