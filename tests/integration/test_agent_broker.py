@@ -57,8 +57,8 @@ class AgentWithBrokerTest(LabTestCase):
         a = self.lab.agent("rig-a", b)
         b.wait_rigs(["rig-a"])
         port, control = b.listen_port, b.control_port
-        b.kill()
         mark = a.log_size()
+        b.kill()
         a.wait_log(r"disconnected", start=mark)
         b2 = self.lab.broker(name="broker2", listen_port=port, control_port=control)
         b2.wait_rigs(["rig-a"], timeout=20)

@@ -152,3 +152,23 @@ TEST_CASE("certificate checks: readable, key matches, identity is the rig id, si
   CHECK(which == "cert");
   CHECK(foreign.find("does not verify") != std::string::npos);
 }
+
+TEST_CASE("repeated keys in the config file accumulate like repeated flags") {
+  Lab lab;
+  const auto file = lab.dir / "multi.conf";
+  {
+    std::ofstream out(file);
+    out << "broker = wss://a:1/agent\nbroker = wss://b:2/agent\nlabel = site=lab1\nlabel = rack=r4\n"
+           "allow-plain = false\nstrict = true\n";
+  }
+  auto o = parse({"--config", file.string()});
+  REQUIRE(o.status == ParseStatus::run);
+  CHECK(o.config.brokers == std::vector<std::string>{"wss://a:1/agent", "wss://b:2/agent"});
+  CHECK(o.config.labels == std::vector<std::string>{"site=lab1", "rack=r4"});
+  CHECK(o.config.strict);
+  // A flag on the command line wins over the file.
+  auto f = parse({"--config", file.string(), "--broker", "wss://c:3/agent"});
+  CHECK(f.config.brokers == std::vector<std::string>{"wss://c:3/agent"});
+  CHECK(config_origin(f.config, "broker") == "--broker");
+  CHECK(config_origin(f.config, "label") == file.string() + ": key 'label'");
+}
