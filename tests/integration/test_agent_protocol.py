@@ -197,6 +197,57 @@ class AgentProtocolTest(LabTestCase):
         self.assertTrue(all(g < 0.75 for g in gaps), gaps)
         self.assertGreater(max(gaps[2:]), 0.15, gaps)
 
+    def test_suite_output_streams_and_cancel_stops_it(self):
+        suites = self.lab.path("suites.json")
+        with open(suites, "w") as f:
+            f.write('{"suites": {"talk": {"argv": ["/bin/sh", "-c", "echo hello; sleep 30"]}}}')
+        self.agent(suites=suites)
+        c = self.fb.wait_conn(1)
+        _, cmd = c.command("suite", {"suite": "talk"})
+        c.ack_for(cmd)
+        chunk = c.wait_frame(lambda f: f["t"] == "output" and f["cmd_id"] == cmd, 10, "output chunk")
+        self.assertEqual(chunk["offset"], 0)
+        self.assertIn(b"hello", chunk["data"])
+        c.send("cancel", cmd_id=cmd)
+        res = c.result_for(cmd, timeout=15)
+        self.assertEqual(res["status"], "cancelled")
+
+    def test_exec_plugin_from_the_plugin_dir_is_a_kind(self):
+        plugins = self.lab.path("plugins")
+        os.makedirs(plugins)
+        prog = os.path.join(plugins, "fleetlink-greet")
+        with open(prog, "w") as f:
+            f.write("#!/bin/sh\nread line\necho \"greetings\"\n")
+        os.chmod(prog, 0o755)
+        self.agent(plugin_dir=plugins)
+        c = self.fb.wait_conn(1)
+        self.assertIn("greet", c.hello["kinds"])
+        _, cmd = c.command("greet")
+        res = c.result_for(cmd)
+        self.assertEqual(res["status"], "ok", res)
+        self.assertIn(b"greetings", res["output"])
+
+    def test_next_broker_url_after_a_failure(self):
+        dead = "wss://127.0.0.1:1/agent"
+        self.lab.agent("rig-a", [dead, self.fb.url])
+        c = self.fb.wait_conn(1, timeout=10)
+        self.assertEqual(c.hello["rig_id"], "rig-a")
+
+    def test_oversized_frame_closes_1009(self):
+        self.agent(max_frame_bytes=4096)
+        c = self.fb.wait_conn(1)
+        c.command("dmesg", {"blob": "x" * 8000})
+        code, _ = c.wait_closed()
+        self.assertEqual(code, 1009)
+        self.fb.wait_conn(2)  # and it comes back
+
+    def test_malformed_frame_closes_4400(self):
+        self.agent()
+        c = self.fb.wait_conn(1)
+        c.send_raw(b"\xc1\xc1 not msgpack")
+        code, _ = c.wait_closed()
+        self.assertEqual(code, 4400)
+
 
 if __name__ == "__main__":
     unittest.main()
