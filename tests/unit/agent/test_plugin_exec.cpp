@@ -45,6 +45,11 @@ TEST_CASE("exec plugin request: one JSON line with protocol, cmd_id, kind, args"
         R"({"args":{"a":"x\"y","b":"2"},"cmd_id":"id-1","kind":"hello","protocol":1})" "\n");
 }
 
+TEST_CASE("exec plugin request: invalid UTF-8 in args becomes U+FFFD, never an exception") {
+  std::string req = exec_plugin_request(CommandContext{"id", "k", {{"a", "x\xff"}}});
+  CHECK(req == "{\"args\":{\"a\":\"x\xef\xbf\xbd\"},\"cmd_id\":\"id\",\"kind\":\"k\",\"protocol\":1}\n");
+}
+
 TEST_CASE("result line parsing") {
   CHECK_FALSE(parse_result_line("hello").has_value());
   CHECK_FALSE(parse_result_line(" {\"fleetlink_result\":{}}").has_value());
