@@ -291,6 +291,10 @@ Expected<void> Agent::init() {
     on_disconnected(code, reason);
   };
   h.on_unsent = [this](std::vector<Message> unsent) { on_unsent(std::move(unsent)); };
+  // A spool bigger than the outbound queue is sent in several rounds.
+  h.on_queue_empty = [this] {
+    if (welcomed_ && spool_->size() > 0) flush_spool();
+  };
   h.on_message = [](const Message& m) { FL_LOG(debug, "ignoring " << type_name(m) << " from broker"); };
   h.on_log = [](int level, std::string_view line) {
     const LogLevel lv = from_syslog(level);
@@ -355,7 +359,7 @@ void Agent::flush_spool() {
   if (spool_->size() == 0) return;
   std::size_t sent = 0;
   for (auto& [id, r] : spool_->pending()) {
-    if (!session_->send(Message{r})) break;
+    if (!session_->send(Message{r})) break;  // queue full: on_queue_empty resumes
     spool_->remove(id);
     ++sent;
     FL_LOG(info, "result sent from spool cmd=" << r.cmd_id << " status=" << fleetlink::to_string(r.status));

@@ -299,7 +299,11 @@ struct ClientSession::Impl {
       log(4, "write failed; dropping the connection");
       return -1;
     }
-    if (more) lws_callback_on_writable(w);
+    if (more) {
+      lws_callback_on_writable(w);
+    } else if (h.on_queue_empty) {
+      guarded("on_queue_empty", [&] { h.on_queue_empty(); });
+    }
     return 0;
   }
 

@@ -78,6 +78,9 @@ struct ClientSessionHandlers {
   std::function<void(const Message&)> on_message;
   // Frames accepted by send() but not written before the connection ended, in order.
   std::function<void(std::vector<Message> unsent)> on_unsent;
+  // The writer emptied the outbound queue: a caller that backed off because send()
+  // returned false (queue over max_queued_bytes) can send more now.
+  std::function<void()> on_queue_empty;
   // Diagnostics: level 3 error, 4 warning, 6 info, 7 debug (syslog numbering).
   std::function<void(int level, std::string_view line)> on_log;
 };
