@@ -315,7 +315,24 @@ Expected<void> Agent::init() {
   return {};
 }
 
-int Agent::run() { return session_ ? session_->run() : 1; }
+int Agent::run() {
+  if (!session_) return 1;
+  const int rc = session_->run();
+  // Commands still running when the agent stops will never report: say so after
+  // the next start (they are in the dedup window, so they do not run again).
+  for (const auto& [cmd_id, _] : running_) {
+    Outcome o;
+    o.status = msg::Status::cancelled;
+    o.exit_code = -1;
+    o.detail = "the agent stopped before the command finished";
+    msg::Result r = make_result(cmd_id, std::move(o), now_unix_ms(), now_unix_ms(), 0);
+    if (auto ok = results_->put(r); !ok)
+      FL_LOG(warn, "result of cmd=" << cmd_id << " not stored: " << ok.error().detail);
+    spool(r);
+  }
+  running_.clear();
+  return rc;
+}
 
 void Agent::stop() {
   if (session_) session_->stop();

@@ -248,6 +248,26 @@ class AgentProtocolTest(LabTestCase):
         code, _ = c.wait_closed()
         self.assertEqual(code, 4400)
 
+    def test_command_running_at_shutdown_is_reported_after_restart(self):
+        suites = self.lab.path("suites.json")
+        with open(suites, "w") as f:
+            f.write('{"suites": {"long": {"argv": ["/bin/sh", "-c", "sleep 30"]}}}')
+        state = self.lab.path("state-stop")
+        a = self.agent(suites=suites, state_dir=state)
+        c = self.fb.wait_conn(1)
+        _, cmd = c.command("suite", {"suite": "long"})
+        c.ack_for(cmd)
+        t0 = time.monotonic()
+        self.assertEqual(a.stop(timeout=10), 0)
+        self.assertLess(time.monotonic() - t0, 8)
+        self.agent(name="agent-rig-a-2", suites=suites, state_dir=state)
+        c2 = self.fb.wait_conn(2)
+        res = c2.result_for(cmd)
+        self.assertEqual(res["status"], "cancelled")
+        # And redelivery does not start it again.
+        _, same = c2.command("suite", {"suite": "long"}, cmd_id=cmd)
+        self.assertTrue(c2.ack_for(same)["duplicate"])
+
 
 if __name__ == "__main__":
     unittest.main()
