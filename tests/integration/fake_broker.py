@@ -59,6 +59,13 @@ class Conn:
     def send(self, t, **fields):
         self.broker._call(self.ws.send(encode(t, **fields)))
 
+    def send_fragmented(self, t, pieces=3, **fields):
+        """One message split over several WebSocket frames (continuations)."""
+        data = encode(t, **fields)
+        step = max(1, len(data) // pieces)
+        parts = [data[i:i + step] for i in range(0, len(data), step)]
+        self.broker._call(self.ws.send(parts))
+
     def send_raw(self, payload):
         self.broker._call(self.ws.send(payload))
 

@@ -65,6 +65,15 @@ class AgentWithBrokerTest(LabTestCase):
         cmd = b2.run("rig-a", "dmesg", {"lines": 3})
         self.assertEqual(cmd["state"], "done", cmd)
 
+    def test_agent_answers_the_brokers_pings(self):
+        b = self.lab.broker(ping_interval_ms=100, pong_timeout_ms=200, max_missed_pongs=2)
+        a = self.lab.agent("rig-a", b)
+        b.wait_rigs(["rig-a"])
+        before = b.rigs()["rig-a"]["connected_at"]
+        time.sleep(1.5)  # many ping rounds: a silent agent would be closed 4002 by now
+        self.assertEqual(b.rigs()["rig-a"]["connected_at"], before)
+        self.assertNotRegex(a.log(), r"disconnected code=4002")
+
 
 if __name__ == "__main__":
     unittest.main()

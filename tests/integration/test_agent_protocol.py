@@ -268,6 +268,16 @@ class AgentProtocolTest(LabTestCase):
         _, same = c2.command("suite", {"suite": "long"}, cmd_id=cmd)
         self.assertTrue(c2.ack_for(same)["duplicate"])
 
+    def test_fragmented_message_is_reassembled(self):
+        self.agent()
+        c = self.fb.wait_conn(1)
+        cmd = uuid7()
+        c.send_fragmented("command", pieces=4, seq=1, cmd_id=cmd, kind="dmesg",
+                          args={"lines": "1", "pad": "p" * 3000}, issued_at_ms=0)
+        c.next_seq = 2
+        self.assertEqual(c.ack_for(cmd)["seq"], 1)
+        c.result_for(cmd)
+
 
 if __name__ == "__main__":
     unittest.main()
