@@ -345,6 +345,7 @@ int Broker::on_callback(lws* wsi, int reason, void* user, void* in, std::size_t 
       if (c && in && len >= 2) {
         auto* b = static_cast<const std::uint8_t*>(in);
         unsigned code = (static_cast<unsigned>(b[0]) << 8) | b[1];
+        c->peer_close_code = static_cast<std::uint16_t>(code);
         FL_DEBUG("peer closed rig=%s code=%u reason=%.*s", c->rig_id.c_str(), code,
                  static_cast<int>(std::min<std::size_t>(len - 2, 123)), reinterpret_cast<const char*>(b + 2));
       }
@@ -770,7 +771,9 @@ void Broker::unregister(Connection& c, const std::string& why) {
 }
 
 void Broker::on_closed(Connection& c) {
-  if (c.phase != ConnPhase::closing) ++metrics_.closes[static_cast<std::uint16_t>(CloseCode::normal)];
+  // Closes by code: ours are counted in request_close; the rig's own code here,
+  // 1006 (abnormal, RFC 6455) when the socket simply went away.
+  if (c.phase != ConnPhase::closing) ++metrics_.closes[c.peer_close_code ? c.peer_close_code : 1006];
   unregister(c, "connection closed");
   if (c.assembling) partial_frames_.erase(&c);
   if (c.has_cancels) pending_cancels_.erase(&c);

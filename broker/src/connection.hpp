@@ -47,7 +47,8 @@ struct Connection {
   std::uint64_t connected_at_ms;     // wall clock
   std::uint64_t last_seen_wall_ms = 0;
   std::uint32_t goaway_after_ms = 0;
-  std::uint16_t close_code = 0;
+  std::uint16_t close_code = 0;       // ours, when the broker closes
+  std::uint16_t peer_close_code = 0;  // theirs, when the rig closes
   ConnPhase phase = ConnPhase::awaiting_hello;
   bool plain;                        // accepted on the plain ws listener: no cert identity
   bool registered = false;           // owns the rig's entry in the broker's rig map
