@@ -540,6 +540,7 @@ void Broker::on_hello(Connection& c, msg::Hello hello) {
         existing && existing->boot_id == hello.boot_id && !old->want_ping) {
       // The same agent process says it reconnected: its old socket is probably
       // half-open. Probe it now instead of waiting for the next ping.
+      FL_INFO("rig=%s same boot_id reconnected: probing its old connection now", hello.rig_id.c_str());
       old->want_ping = true;
       old->keepalive.ping_sent(mono_ms(), keepalive_);
       lws_callback_on_writable(old->wsi);
@@ -816,7 +817,10 @@ void Broker::sweep() {
     if (c->phase != ConnPhase::live) continue;
     unsigned before = c->keepalive.missed;
     KeepaliveAction a = c->keepalive.tick(now, keepalive_);
-    if (c->keepalive.missed > before) ++metrics_.pongs_missed;
+    if (c->keepalive.missed > before) {
+      ++metrics_.pongs_missed;
+      FL_INFO("rig=%s missed pong %u/%u", c->rig_id.c_str(), c->keepalive.missed, keepalive_.max_missed);
+    }
     if (a == KeepaliveAction::dead) {
       request_close(*c, CloseCode::keepalive_timeout,
                     std::to_string(c->keepalive.missed) + " pongs missed");

@@ -1,6 +1,6 @@
 """A minimal rig as its own process (so a test can SIGSTOP it): connects with
 mutual TLS, says HELLO, ACKs every command and answers with a small RESULT.
-usage: broker_rigproc.py URL RIG_ID CERT KEY CA
+usage: broker_rigproc.py URL RIG_ID CERT KEY CA [BOOT_ID]
 """
 import asyncio
 import ssl
@@ -10,12 +10,12 @@ import time
 import broker_rawclient as rc
 
 
-async def main(url, rig_id, cert, key, ca):
+async def main(url, rig_id, cert, key, ca, boot_id=None):
     ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
     ctx.check_hostname = False
     ctx.load_cert_chain(cert, key)
     ws = await rc.connect(url, ctx)
-    await ws.send(rc.hello(rig_id))
+    await ws.send(rc.hello(rig_id, boot_id))
     print("welcome", (await rc.recv_msg(ws))["session_id"], flush=True)
     async for data in ws:
         m = rc.decode(data)
@@ -33,7 +33,7 @@ async def main(url, rig_id, cert, key, ca):
 
 if __name__ == "__main__":
     try:
-        asyncio.run(main(*sys.argv[1:6]))
+        asyncio.run(main(*sys.argv[1:7]))
     except Exception as e:  # noqa: BLE001 - report and exit non-zero
         print("rig error", repr(e), flush=True)
         sys.exit(1)

@@ -84,6 +84,33 @@ class BrokerHelloTest(LabTestCase):
             await new.close()
         asyncio.run(go())
 
+    def test_same_boot_reconnect_probes_the_half_open_old_socket(self):
+        # The agent's old socket is half-open (here: its process frozen), the agent
+        # process says HELLO again with the same boot_id: refused 4409 at first, but
+        # the broker pings the old socket at once, so a retry after the pong timeout wins.
+        import os, signal, sys
+        broker = self.lab.broker(name="probe", ping_interval_ms=60000, pong_timeout_ms=300, max_missed_pongs=3)
+        boot = rc.uuid7()
+        crt, key = self.lab.certs.rig("rig-a")
+        old = self.lab.process("rig-old", ["/usr/bin/python3", os.path.join(os.path.dirname(__file__), "broker_rigproc.py"),
+                                           broker.url, "rig-a", crt, key, self.lab.certs.ca, boot])
+        old.wait_log("welcome ")
+        old.signal(signal.SIGSTOP)
+        try:
+            async def go():
+                ws = await rc.connect(broker.url, self.ctx("rig-a"))
+                await ws.send(rc.hello("rig-a", boot))
+                self.assertEqual(await rc.wait_closed_code(ws), 4409)
+                await asyncio.sleep(0.6)  # > pong timeout: the probe went unanswered
+                self.assertEqual(broker.rigs()["rig-a"]["state"], "unresponsive")
+                ws, _ = await rc.rig_session(broker.url, self.ctx("rig-a"), "rig-a", boot)
+                self.assertEqual(broker.rigs()["rig-a"]["state"], "connected")
+                await ws.close()
+            asyncio.run(go())
+            self.assertRegex(broker.log(), r"closing rig=rig-a .*code=4410")
+        finally:
+            old.signal(signal.SIGCONT)
+
     def test_hello_timeout_closes_4008(self):
         async def go():
             ws = await rc.connect(self.broker.url, self.ctx("rig-a"))
