@@ -467,7 +467,14 @@ class DebianPackages(unittest.TestCase):
                 g.write(f.read().replace("dmesg-max-lines = ", "dmesg-max-lines = not-a-number #"))
             out = subprocess.run([prog, "--config", bad, "--check-config"], env=self.env,
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
-            self.assertNotEqual(out.returncode, 0, out.stdout)
+            self.assertEqual(out.returncode, 2, out.stdout)
+            # As is a misspelt key (agent.conf promises it).
+            with open(conf) as f, open(bad, "w") as g:
+                g.write(f.read() + "dmesg_max_lines = 10\n")
+            out = subprocess.run([prog, "--config", bad, "--check-config"], env=self.env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
+            self.assertEqual(out.returncode, 2, out.stdout)
+            self.assertIn("dmesg_max_lines", out.stdout)
 
     def test_packaged_lab_ca_issues_a_rig_certificate(self):
         lab_ca = self.packaged("/usr/bin/fleetlink-lab-ca")
