@@ -303,6 +303,16 @@ int Broker::on_callback(lws* wsi, int reason, void* user, void* in, std::size_t 
       }
       return 0;
     }
+    case LWS_CALLBACK_OPENSSL_LOAD_EXTRA_SERVER_VERIFY_CERTS: {
+      // user = the vhost's SSL_CTX. Rigs hold one long connection and do not
+      // resume sessions: no server-side session cache and no TLS 1.3 tickets,
+      // which saves per-connection memory and handshake work in a storm.
+      if (auto* ctx = static_cast<SSL_CTX*>(user)) {
+        SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+        SSL_CTX_set_num_tickets(ctx, 0);
+      }
+      return 0;
+    }
     case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
       return on_confirm_upgrade(wsi);
     case LWS_CALLBACK_HTTP:
