@@ -137,6 +137,14 @@ class DebianPackages(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="fleetlink-pkg-")
+        try:
+            cls.build_and_unpack()
+        except BaseException:
+            shutil.rmtree(cls.tmp, ignore_errors=True)  # tearDownClass does not run
+            raise
+
+    @classmethod
+    def build_and_unpack(cls):
         out_dir = os.path.join(cls.tmp, "deb")
         cls.cpack_log = run(["cpack", "--config", CPACK_CONFIG, "-G", "DEB", "-B", out_dir])
         cls.version = project_version()
@@ -492,11 +500,15 @@ class RpmPackages(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="fleetlink-rpm-")
-        cls.cpack_log = run(["cpack", "--config", CPACK_CONFIG, "-G", "RPM", "-B", cls.tmp])
-        cls.rpms = {}
-        for path in glob.glob(os.path.join(cls.tmp, "*.rpm")):
-            name = run(["rpm", "-qp", "--qf", "%{NAME}", path], timeout=60).strip()
-            cls.rpms[name] = path
+        try:
+            cls.cpack_log = run(["cpack", "--config", CPACK_CONFIG, "-G", "RPM", "-B", cls.tmp])
+            cls.rpms = {}
+            for path in glob.glob(os.path.join(cls.tmp, "*.rpm")):
+                name = run(["rpm", "-qp", "--qf", "%{NAME}", path], timeout=60).strip()
+                cls.rpms[name] = path
+        except BaseException:
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+            raise
 
     @classmethod
     def tearDownClass(cls):
