@@ -155,6 +155,23 @@ class BrokerDrainTest(LabTestCase):
             self.assertLess(time.monotonic() - t0, 5)
         asyncio.run(go())
 
+    def test_real_agents_follow_goaway_to_the_other_broker(self):
+        old = self.lab.broker(name="old", drain_window_ms=1500, drain_deadline_ms=6000)
+        new = self.lab.broker(name="new")
+        rigs = [f"rig-{i}" for i in range(5)]
+        for r in rigs:
+            # The old broker first; the agent moves on to the next URL after a GOAWAY.
+            self.lab.agent(r, [old, new])
+        old.wait_rigs(rigs)
+        acked = [old.run(r, "dmesg", {"lines": 3}) for r in rigs]
+        self.assertTrue(all(c["state"] == "done" for c in acked), acked)
+        status, body = old.api("POST", "/v1/admin/drain", {"window_ms": 1500})
+        self.assertEqual(status, 202, body)
+        self.assertEqual(old.proc.wait(15), 0)
+        new.wait_rigs(rigs, timeout=20)
+        c = new.run("rig-0", "dmesg", {"lines": 3})
+        self.assertEqual(c["state"], "done")
+
 
 if __name__ == "__main__":
     unittest.main()
