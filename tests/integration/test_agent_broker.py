@@ -74,6 +74,20 @@ class AgentWithBrokerTest(LabTestCase):
         self.assertEqual(b.rigs()["rig-a"]["connected_at"], before)
         self.assertNotRegex(a.log(), r"disconnected code=4002")
 
+    def test_drain_goaway_then_reconnect_to_the_next_broker(self):
+        b = self.lab.broker(drain_window_ms=500, drain_deadline_ms=3000)
+        a = self.lab.agent("rig-a", b)
+        b.wait_rigs(["rig-a"])
+        port, control = b.listen_port, b.control_port
+        mark = a.log_size()
+        status, body = b.api("POST", "/v1/admin/drain", {"window_ms": 500})
+        self.assertEqual(status, 202, body)
+        a.wait_log(r"goaway reason=", start=mark)
+        a.wait_log(r"disconnected code=1001", start=mark)
+        wait_for(lambda: not b.alive(), 10, what="drained broker exits")
+        b2 = self.lab.broker(name="broker2", listen_port=port, control_port=control)
+        b2.wait_rigs(["rig-a"], timeout=20)
+
 
 if __name__ == "__main__":
     unittest.main()
