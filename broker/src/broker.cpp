@@ -139,10 +139,11 @@ Expected<void> Broker::start() {
   info.port = CONTEXT_PORT_NO_LISTEN;
   info.user = this;
   info.pt_serv_buf_size = 16 * 1024;
-  // Header memory (~5 KB each) is only held during a handshake; a small pool
-  // bounds the peak of a reconnect storm (later handshakes wait their turn), so
-  // the heap does not stay fragmented at the storm's high-water mark.
-  info.max_http_header_pool = 64;
+  // Header memory (~3 KB each with 2 KB of data) is only held during a handshake
+  // (and by open control-API streams such as SSE): a bounded pool caps the peak of
+  // a reconnect storm (later handshakes wait their turn), so the heap does not stay
+  // fragmented at the storm's high-water mark, with room left for the control port.
+  info.max_http_header_pool = 256;
   info.max_http_header_data = 2048;
   context_ = lws_create_context(&info);
   if (!context_) return make_error(Errc::io, "lws_create_context failed (is libwebsockets-evlib-uv installed?)");
