@@ -320,12 +320,12 @@ int Agent::run() {
   const int rc = session_->run();
   // Commands still running when the agent stops will never report: say so after
   // the next start (they are in the dedup window, so they do not run again).
-  for (const auto& [cmd_id, _] : running_) {
+  for (const auto& [cmd_id, run] : running_) {
     Outcome o;
     o.status = msg::Status::cancelled;
     o.exit_code = -1;
     o.detail = "the agent stopped before the command finished";
-    msg::Result r = make_result(cmd_id, std::move(o), now_unix_ms(), now_unix_ms(), 0);
+    msg::Result r = make_result(cmd_id, std::move(o), run.started_ms, now_unix_ms(), 0);
     if (auto ok = results_->put(r); !ok)
       FL_LOG(warn, "result of cmd=" << cmd_id << " not stored: " << ok.error().detail);
     spool(r);
@@ -448,7 +448,7 @@ void Agent::start_command(const msg::Command& c, std::uint64_t now) {
   session_->send(Message{msg::Ack{c.seq, c.cmd_id, false}});
   FL_LOG(info, "ack seq=" << c.seq << " cmd=" << c.cmd_id << " kind=" << c.kind);
   Executor* e = registry_->find(c.kind);
-  running_[c.cmd_id] = e;
+  running_[c.cmd_id] = Running{e, now};
   CommandContext ctx{c.cmd_id, c.kind, c.args};
   auto reporter = std::make_shared<CommandReporter>(link_, c.cmd_id, now);
   try {
@@ -479,13 +479,13 @@ void Agent::command_finished(const std::string& cmd_id, Outcome outcome, std::ui
 
 void Agent::on_cancel(const msg::Cancel& c) {
   auto it = running_.find(c.cmd_id);
-  if (it == running_.end() || it->second == nullptr) {
+  if (it == running_.end() || it->second.executor == nullptr) {
     FL_LOG(info, "cancel cmd=" << c.cmd_id << ": not running");
     return;
   }
   FL_LOG(info, "cancel cmd=" << c.cmd_id);
   try {
-    it->second->cancel(c.cmd_id);
+    it->second.executor->cancel(c.cmd_id);
   } catch (...) {
     FL_LOG(error, "cancel cmd=" << c.cmd_id << ": executor threw");
   }

@@ -78,7 +78,11 @@ class Agent {
   std::unique_ptr<Spool> spool_;
   std::unique_ptr<ClientSession> session_;
   std::shared_ptr<Link> link_;
-  std::map<std::string, Executor*, std::less<>> running_;
+  struct Running {
+    Executor* executor = nullptr;
+    std::uint64_t started_ms = 0;
+  };
+  std::map<std::string, Running, std::less<>> running_;
   bool welcomed_ = false;
 };
 
