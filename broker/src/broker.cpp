@@ -211,6 +211,8 @@ Expected<void> Broker::start() {
   control_vhost_ = *cv;
 #endif
 
+  uv_timer_init(loop_, &resume_timer_);
+  resume_timer_.data = this;
   uv_timer_init(loop_, &sweep_timer_);
   sweep_timer_.data = this;
   std::uint64_t every = keepalive_.sweep_interval_ms(cfg_.hello_timeout_ms);
@@ -253,6 +255,8 @@ void Broker::shutdown() {
     handles_open_ = false;
     uv_timer_stop(&sweep_timer_);
     uv_close(reinterpret_cast<uv_handle_t*>(&sweep_timer_), nullptr);
+    uv_timer_stop(&resume_timer_);
+    uv_close(reinterpret_cast<uv_handle_t*>(&resume_timer_), nullptr);
     uv_signal_stop(&sigterm_);
     uv_close(reinterpret_cast<uv_handle_t*>(&sigterm_), nullptr);
     uv_signal_stop(&sigint_);
@@ -441,14 +445,26 @@ int Broker::on_receive(Connection& c, const std::uint8_t* in, std::size_t len) {
 void Broker::on_frame(Connection& c, std::span<const std::uint8_t> frame) {
   ++metrics_.frames_in;
   c.last_seen_wall_ms = wall_ms();
-  if (!c.rate_limit.try_take(mono_ms(), cfg_.rig_rate, cfg_.rig_burst)) {
-    ++metrics_.frames_rejected;
-    FL_WARN("rig=%s over the inbound rate limit (%.0f/s, burst %.0f)", c.rig_id.c_str(), cfg_.rig_rate,
-            cfg_.rig_burst);
-    request_close(c, CloseCode::rate_limited, "inbound frame rate over the limit");
-    return;
-  }
+  bool over_rate = !c.rate_limit.try_take(mono_ms(), cfg_.rig_rate, cfg_.rig_burst);
   auto decoded = decode(frame, DecodeOptions{cfg_.max_frame_bytes});
+  if (over_rate) {
+    // Traffic a command asked for (its output stream, ACK, NACK, RESULT) is slowed
+    // down, not punished: stop reading this socket until the bucket refills, and TCP
+    // pushes back on the agent (which drops output and says so in the RESULT).
+    // Anything else over the limit is a flood: close 4429.
+    bool answer = decoded && (std::holds_alternative<msg::OutputChunk>(*decoded) ||
+                              std::holds_alternative<msg::Ack>(*decoded) ||
+                              std::holds_alternative<msg::Nack>(*decoded) ||
+                              std::holds_alternative<msg::Result>(*decoded));
+    if (!answer || c.phase != ConnPhase::live) {
+      ++metrics_.frames_rejected;
+      FL_WARN("rig=%s over the inbound rate limit (%.0f/s, burst %.0f)", c.rig_id.c_str(), cfg_.rig_rate,
+              cfg_.rig_burst);
+      request_close(c, CloseCode::rate_limited, "inbound frame rate over the limit");
+      return;
+    }
+    pause_reading(c);
+  }
   if (!decoded) {
     const Error& e = decoded.error();
     if (e.code == Errc::unknown_type && c.phase == ConnPhase::live) {
@@ -789,6 +805,7 @@ void Broker::on_closed(Connection& c) {
   unregister(c, "connection closed");
   if (c.assembling) partial_frames_.erase(&c);
   if (c.has_cancels) pending_cancels_.erase(&c);
+  if (c.rx_paused) std::erase(paused_, &c);
   if (c.prev) c.prev->next = c.next;
   else head_ = c.next;
   if (c.next) c.next->prev = c.prev;
@@ -815,6 +832,34 @@ void Broker::emit(std::string type, const std::string& rig_id, const std::string
 
 // ---------------------------------------------------------------------------------
 // timers
+
+void Broker::pause_reading(Connection& c) {
+  if (c.rx_paused) return;
+  c.rx_paused = true;
+  lws_rx_flow_control(c.wsi, 0);
+  paused_.push_back(&c);
+  if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&resume_timer_)))
+    uv_timer_start(&resume_timer_, [](uv_timer_t* t) { static_cast<Broker*>(t->data)->resume_paused(); }, 20, 20);
+}
+
+void Broker::resume_paused() {
+  std::uint32_t now = mono_ms();
+  bool resumed = false;
+  for (std::size_t i = 0; i < paused_.size();) {
+    Connection* c = paused_[i];
+    if (c->rate_limit.available(now, cfg_.rig_rate, cfg_.rig_burst) >= 1.0) {
+      c->rx_paused = false;
+      lws_rx_flow_control(c->wsi, 1);
+      paused_[i] = paused_.back();
+      paused_.pop_back();
+      resumed = true;
+    } else {
+      ++i;
+    }
+  }
+  if (paused_.empty()) uv_timer_stop(&resume_timer_);
+  if (resumed) lws_cancel_service(context_);  // let lws deliver what it buffered meanwhile
+}
 
 void Broker::sweep() {
   std::uint32_t now = mono_ms();

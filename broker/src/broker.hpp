@@ -96,6 +96,8 @@ class Broker final : public Fleet {
   std::optional<CertIdentity> peer_identity(lws* wsi) const;
 
   void sweep();
+  void pause_reading(Connection& c);
+  void resume_paused();
   void check_drain_done();
   void stop_loop(int code);
 
@@ -121,6 +123,8 @@ class Broker final : public Fleet {
   int exit_code_ = 0;
 
   uv_timer_t sweep_timer_{};
+  uv_timer_t resume_timer_{};                 // runs only while some rig is paused
+  std::vector<Connection*> paused_;           // reading paused by the inbound rate limit
   uv_signal_t sigterm_{};
   uv_signal_t sigint_{};
   bool handles_open_ = false;

@@ -57,6 +57,7 @@ struct Connection {
   bool want_goaway = false;
   bool assembling = false;           // a partial frame waits in Broker::partial_frames_
   bool has_cancels = false;          // CANCELs wait in Broker::pending_cancels_
+  bool rx_paused = false;            // reading stopped by the inbound rate limit
 };
 
 }  // namespace fleetlink::broker

@@ -11,6 +11,12 @@ class RateLimiter {
   RateLimiter() = default;
   RateLimiter(double burst, std::uint32_t now_ms) noexcept
       : tokens_(static_cast<float>(burst)), last_ms_(now_ms) {}
+  // Tokens available now (without taking one).
+  double available(std::uint32_t now_ms, double rate, double burst) const noexcept {
+    auto elapsed = static_cast<std::uint32_t>(now_ms - last_ms_);
+    double t = static_cast<double>(tokens_) + rate * static_cast<double>(elapsed) / 1000.0;
+    return t > burst ? burst : t;
+  }
   // Take one token if available (refilled at `rate` per second up to `burst`).
   bool try_take(std::uint32_t now_ms, double rate, double burst) noexcept {
     auto elapsed = static_cast<std::uint32_t>(now_ms - last_ms_);

@@ -100,6 +100,30 @@ class BrokerInputLimitsTest(LabTestCase):
             self.assertEqual(await rc.wait_closed_code(ws), 4429)
         asyncio.run(go())
 
+    def test_output_stream_over_the_rate_is_slowed_not_closed(self):
+        broker = self.lab.broker(rig_rate=200, rig_burst=20)
+
+        async def go():
+            ws, _ = await rc.rig_session(broker.url, self.ctx("rig-a"), "rig-a")
+            status, body = await asyncio.to_thread(broker.send, "rig-a", "suite", {"suite": "x"})
+            self.assertEqual(status, 202)
+            cmd = await rc.recv_msg(ws)
+            await ws.send(rc.frame("ack", seq=cmd["seq"], cmd_id=cmd["cmd_id"], duplicate=False))
+            chunk = b"y" * 1000
+            t0 = time.monotonic()
+            for i in range(300):
+                await ws.send(rc.frame("output", cmd_id=cmd["cmd_id"], offset=i * 1000, data=chunk))
+            await ws.send(result_frame(cmd["cmd_id"], b"end"))
+            c = await asyncio.to_thread(broker.wait_command, body["cmd_id"], ("done",), 20)
+            elapsed = time.monotonic() - t0
+            self.assertEqual(c["streamed_bytes"], 300 * 1000)
+            # 300 frames at 200/s after a burst of 20: paced, so it took over a second.
+            self.assertGreater(elapsed, 1.0)
+            self.assertIn("rig-a", broker.rigs())
+            await ws.close()
+        asyncio.run(go())
+        self.assertNotIn("code=4429", broker.log())
+
     def test_fuzz_random_and_truncated_frames(self):
         broker = self.lab.broker(max_frame_bytes=8192, hello_timeout_ms=2000, accept_rate=10000, accept_burst=10000)
         rnd = random.Random(int(os.environ.get("FLEETLINK_FUZZ_SEED", "4242")))

@@ -109,3 +109,13 @@ TEST_CASE("rate limiter: burst, then rate per second") {
   CHECK_FALSE(r.try_take(10'000, 10, 3));
   CHECK(sizeof(RateLimiter) == 8);
 }
+
+TEST_CASE("rate limiter: available() peeks without taking") {
+  RateLimiter r(1, 0);
+  CHECK(r.available(0, 10, 1) == doctest::Approx(1.0));
+  CHECK(r.try_take(0, 10, 1));
+  CHECK(r.available(0, 10, 1) == doctest::Approx(0.0));
+  CHECK(r.available(50, 10, 1) == doctest::Approx(0.5));
+  CHECK(r.available(500, 10, 1) == doctest::Approx(1.0));  // capped at burst
+  CHECK(r.available(50, 10, 1) == doctest::Approx(0.5));   // still not taken
+}
