@@ -39,6 +39,11 @@ HelloDecision decide_hello(const msg::Hello& hello, const std::optional<CertIden
     return {HelloVerdict::reject_identity,
             "rig_id " + hello.rig_id.substr(0, 40) + " is not the certificate's identity " + cn};
   }
+  // The rule of the design: a live, healthy connection is kept and the newcomer
+  // refused (4409: a cloned config, or the same agent whose old socket is half-open
+  // and not yet detected -- the broker then probes that socket at once, so the
+  // agent's retry wins after one pong timeout); a stale one (older boot_id, or a
+  // connection that already missed a pong) is superseded (4410 to the old socket).
   if (!existing) return {HelloVerdict::accept, {}};
   if (existing->closing) return {HelloVerdict::accept, "previous connection already closing"};
   if (boot_id_older(existing->boot_id, hello.boot_id))
