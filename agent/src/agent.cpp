@@ -279,6 +279,8 @@ Expected<void> Agent::init() {
   sc.backoff.jitter = cfg_.jitter == "full" ? Jitter::full : Jitter::proportional;
   sc.max_frame_bytes = cfg_.max_frame_bytes;
   sc.strictness = cfg_.strict ? Strictness::strict : Strictness::lenient;
+  sc.keepalive_idle = std::chrono::seconds(cfg_.keepalive_idle_s);
+  sc.keepalive_timeout = std::chrono::seconds(cfg_.keepalive_timeout_s);
 
   ClientSessionHandlers h;
   h.on_welcome = [this](const msg::Welcome& w) { on_welcome(w); };

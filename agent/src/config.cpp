@@ -192,6 +192,8 @@ ParseOutcome parse_command_line(int argc, const char* const* argv) {
   app.add_option("--dedup-max", c.dedup_max, "cmd_ids remembered");
   app.add_option("--dedup-max-age-h", c.dedup_max_age_h, "How long a cmd_id is remembered (hours)");
   app.add_option("--max-frame-bytes", c.max_frame_bytes, "Largest inbound frame");
+  app.add_option("--keepalive-idle-s", c.keepalive_idle_s, "PING the broker after this long without traffic (0: off)");
+  app.add_option("--keepalive-timeout-s", c.keepalive_timeout_s, "Reconnect when nothing came back this long (must exceed the idle time)");
   app.add_flag("--allow-plain", c.allow_plain, "Permit ws:// broker URLs (loopback only)");
   app.add_flag("--strict", c.strict, "Unknown message types close the connection (4422)");
   app.add_option("--log-level", c.log_level, "debug|info|warn|error")
@@ -310,6 +312,9 @@ ConfigReport validate_config(const AgentConfig& c, const ValidateOptions& opts) 
   if (c.dedup_max == 0) err("dedup-max", "must be at least 1");
   if (c.dedup_max_age_h == 0) err("dedup-max-age-h", "must be at least 1");
   if (c.max_frame_bytes < 1024) err("max-frame-bytes", "must be at least 1024");
+  if (c.keepalive_idle_s > 0 && c.keepalive_timeout_s <= c.keepalive_idle_s)
+    err("keepalive-timeout-s", std::to_string(c.keepalive_timeout_s) + " must be above keepalive-idle-s (" +
+                                   std::to_string(c.keepalive_idle_s) + ")");
   LogLevel lv{};
   if (!parse_log_level(c.log_level, lv)) err("log-level", "'" + c.log_level + "' is not debug|info|warn|error");
   return r;

@@ -39,6 +39,8 @@ struct AgentConfig {
   std::uint32_t dedup_max = 10000;
   std::uint32_t dedup_max_age_h = 168;
   std::uint32_t max_frame_bytes = 131072;
+  std::uint32_t keepalive_idle_s = 60;     // PING the broker after this long without traffic
+  std::uint32_t keepalive_timeout_s = 90;  // and reconnect if nothing came back by then
   bool allow_plain = false;
   bool strict = false;
   std::string log_level = "info";

@@ -71,6 +71,7 @@ struct ClientSession::Impl {
   std::string close_reason;
   Timer retry_timer;
   Timer stop_timer;
+  lws_retry_bo_t keepalive{};     // per-connection idle policy (PING, then hang up)
   std::thread::id loop_thread;
 
   // ---- shared with other threads, under mu
@@ -143,6 +144,11 @@ struct ClientSession::Impl {
     ci.protocol = nullptr;  // no subprotocol: the broker binds its default protocol
     ci.local_protocol_name = kProtocolName;
     ci.ietf_version_or_minus_one = -1;
+    if (cfg.keepalive_idle.count() > 0 && cfg.keepalive_timeout > cfg.keepalive_idle) {
+      keepalive.secs_since_valid_ping = static_cast<std::uint16_t>(std::min<long long>(cfg.keepalive_idle.count(), 65535));
+      keepalive.secs_since_valid_hangup = static_cast<std::uint16_t>(std::min<long long>(cfg.keepalive_timeout.count(), 65535));
+      ci.retry_and_idle_policy = &keepalive;
+    }
     attempt_live = true;
     wsi = nullptr;
     close_code = 0;

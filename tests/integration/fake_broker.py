@@ -85,6 +85,10 @@ class Conn:
     def goaway(self, reconnect_after_ms, reason="drain"):
         self.send("goaway", reason=reason, reconnect_after_ms=reconnect_after_ms)
 
+    def freeze(self):
+        """Stop reading from this connection (a half-open peer: no PONGs, no frames)."""
+        self.broker._loop.call_soon_threadsafe(self.ws.transport.pause_reading)
+
     def close(self, code=1001, reason="test"):
         self.broker._call(self.ws.close(code, reason))
 

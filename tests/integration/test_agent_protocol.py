@@ -278,6 +278,15 @@ class AgentProtocolTest(LabTestCase):
         self.assertEqual(c.ack_for(cmd)["seq"], 1)
         c.result_for(cmd)
 
+    def test_a_silent_broker_is_detected_by_the_agents_own_keepalive(self):
+        a = self.agent(keepalive_idle_s=1, keepalive_timeout_s=2)
+        c = self.fb.wait_conn(1)
+        t0 = time.monotonic()
+        c.freeze()
+        self.fb.wait_conn(2, timeout=10)
+        self.assertLess(time.monotonic() - t0, 6)
+        a.wait_log(r"disconnected")
+
 
 if __name__ == "__main__":
     unittest.main()

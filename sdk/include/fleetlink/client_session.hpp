@@ -64,6 +64,11 @@ struct ClientSessionConfig {
   std::size_t max_queued_bytes = 8u << 20;  // outbound queue bound; send() fails beyond it
   Strictness strictness = Strictness::lenient;
   std::chrono::milliseconds stop_grace{1000};  // how long stop() waits for the close handshake
+  // Half-open detection from this side: after keepalive_idle without a valid frame
+  // the session PINGs, and drops the connection if nothing valid (a PONG) arrived
+  // by keepalive_timeout. Whole seconds (libwebsockets' resolution); 0 disables.
+  std::chrono::seconds keepalive_idle{60};
+  std::chrono::seconds keepalive_timeout{90};
 };
 
 struct ClientSessionHandlers {
