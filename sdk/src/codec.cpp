@@ -12,7 +12,13 @@
 #include "fleetlink/codec.hpp"
 
 // msgpack is an implementation detail of libfleetlink: keep its inline functions and
-// template instantiations out of the shared library's exported symbols.
+// template instantiations out of the shared library's exported symbols. The C headers
+// it pulls in come first, so libc's own functions keep their default visibility
+// (hidden undefined references to ntohl or __assert_fail break sanitizer links).
+#include <arpa/inet.h>
+#include <cassert>
+#include <cstdlib>
+#include <cstring>
 #pragma GCC visibility push(hidden)
 #include <msgpack.hpp>
 #pragma GCC visibility pop
