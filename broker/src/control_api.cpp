@@ -57,12 +57,11 @@ struct Transaction {
   lws* wsi = nullptr;
   HttpRequest request;
   bool body_too_large = false;
-  // Response bytes (status line + headers + body) not yet written.
+  // SSE: headers and events taken from the queue, not yet written.
   std::string out;
   std::size_t out_pos = 0;
   bool responding = false;
   bool close_after = false;      // hang up once written (413 and friends)
-  std::function<void(Fleet&)> after_sent;
   // A held POST (?wait=acked|done): answered when hold_done.
   std::optional<HeldCommand> hold;
   HttpResponse held_fallback;    // the answer if the Fleet is gone by then
@@ -194,19 +193,49 @@ int start_hold(Transaction* tx, HttpResponse r) {
   return 0;
 }
 
-// The wait of a held POST is over: render its answer.
-bool finish_hold(Transaction* tx) {
+void run_after_sent(ControlState* state, const std::function<void(Fleet&)>& action) {
+  if (action && state != nullptr && !state->shut_down && state->fleet != nullptr) {
+    action(*state->fleet);
+  }
+}
+
+// Writes the whole answer and completes the transaction, from inside the
+// callback that produced it. lws 4.1.6 needs this: while a transaction is left
+// open after BODY_COMPLETION, a pipelined next request in the same read makes
+// it call BODY_COMPLETION again and again. lws keeps whatever the socket does
+// not take at once and defers the completion until it is flushed. Frees `tx`.
+int send_and_complete(Transaction* tx, HttpResponse r) {
+  lws* wsi = tx->wsi;
+  std::string head;
+  if (!render_headers(wsi, r, r.body.size(), false, head)) return -1;
+  std::vector<unsigned char> buf(LWS_PRE + head.size() + r.body.size());
+  std::memcpy(buf.data() + LWS_PRE, head.data(), head.size());
+  if (!r.body.empty()) std::memcpy(buf.data() + LWS_PRE + head.size(), r.body.data(), r.body.size());
+  const std::size_t n = head.size() + r.body.size();
+  const int written = lws_write(wsi, buf.data() + LWS_PRE, n, LWS_WRITE_HTTP_FINAL);
+  ControlState* state = tx->state;
+  if (written < 0 || static_cast<std::size_t>(written) != n) return -1;
+  if (tx->close_after) {
+    run_after_sent(state, r.after_sent);
+    return -1;
+  }
+  // Keep-alive: ready for the next request. This rebinds the protocol, which
+  // frees `tx` (HTTP_DROP_PROTOCOL): it must not be touched after.
+  const int rc = lws_http_transaction_completed(wsi) ? -1 : 0;
+  run_after_sent(state, r.after_sent);
+  return rc;
+}
+
+// The wait of a held POST is over: answer with the command's state now.
+int finish_hold(Transaction* tx) {
   lws_set_timer_usecs(tx->wsi, LWS_SET_TIMER_USEC_CANCEL);
   ControlState* state = tx->state;
   const bool fleet_alive = !state->shut_down && state->fleet != nullptr;
-  const HttpResponse r = fleet_alive ? held_command_answer(*tx->hold, *state->fleet)
-                                     : tx->held_fallback;
+  HttpResponse r = fleet_alive ? held_command_answer(*tx->hold, *state->fleet)
+                               : tx->held_fallback;
   stop_stream(tx);
   tx->hold.reset();
-  if (!render_headers(tx->wsi, r, r.body.size(), false, tx->out)) return false;
-  tx->out += r.body;
-  tx->out_pos = 0;
-  return true;
+  return send_and_complete(tx, std::move(r));
 }
 
 int start_event_stream(Transaction* tx, const HttpResponse& r) {
@@ -236,8 +265,10 @@ int start_event_stream(Transaction* tx, const HttpResponse& r) {
   return 0;
 }
 
-// Routes the complete request and queues the answer.
+// Routes the complete request and answers it (or starts holding it).
 int respond(Transaction* tx) {
+  if (tx->responding) return 0;  // lws may repeat BODY_COMPLETION; answer once
+  tx->responding = true;
   ControlState* state = tx->state;
   HttpResponse r;
   if (tx->body_too_large) {
@@ -249,20 +280,9 @@ int respond(Transaction* tx) {
   } else {
     r = handle_control_request(tx->request, *state->fleet, *state->metrics, state->options);
   }
-  tx->responding = true;
   if (r.event_stream) return start_event_stream(tx, r);
   if (r.hold) return start_hold(tx, std::move(r));
-  if (!render_headers(tx->wsi, r, r.body.size(), false, tx->out)) return -1;
-  tx->out += r.body;
-  tx->after_sent = std::move(r.after_sent);
-  lws_callback_on_writable(tx->wsi);
-  return 0;
-}
-
-void run_after_sent(ControlState* state, const std::function<void(Fleet&)>& action) {
-  if (action && state != nullptr && !state->shut_down && state->fleet != nullptr) {
-    action(*state->fleet);
-  }
+  return send_and_complete(tx, std::move(r));
 }
 
 // Answers at once from LWS_CALLBACK_HTTP and hangs up (a body, if any, is
@@ -280,51 +300,28 @@ int answer_now_and_close(lws* wsi, HttpResponse r) {
   return -1;
 }
 
+// Writeable: a held POST whose wait ended, or the next piece of an SSE stream.
 int write_pending(lws* wsi, Transaction* tx) {
-  if (tx->hold) {
-    if (!tx->hold_done) return 0;
-    if (!finish_hold(tx)) return -1;
-  }
-  if (tx->sse) {
-    if (tx->out_pos >= tx->out.size() && !tx->queue.empty()) {
-      tx->out = tx->queue.pop(kWriteChunk);
-      tx->out_pos = 0;
-    }
+  if (tx->hold) return tx->hold_done ? finish_hold(tx) : 0;
+  if (!tx->sse) return 0;
+  if (tx->out_pos >= tx->out.size() && !tx->queue.empty()) {
+    tx->out = tx->queue.pop(kWriteChunk);
+    tx->out_pos = 0;
   }
   if (tx->out_pos < tx->out.size()) {
     const std::size_t n = std::min(kWriteChunk, tx->out.size() - tx->out_pos);
-    const bool last = !tx->sse && tx->out_pos + n == tx->out.size();
     std::vector<unsigned char> buf(LWS_PRE + n);
     std::memcpy(buf.data() + LWS_PRE, tx->out.data() + tx->out_pos, n);
-    const int written = lws_write(wsi, buf.data() + LWS_PRE, n,
-                                  last ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP);
+    const int written = lws_write(wsi, buf.data() + LWS_PRE, n, LWS_WRITE_HTTP);
     if (written < 0 || static_cast<std::size_t>(written) != n) return -1;
     tx->out_pos += n;
-    if (last) {
-      // Take what we need from tx first: completing the transaction frees it.
-      const std::function<void(Fleet&)> action = std::move(tx->after_sent);
-      ControlState* state = tx->state;
-      if (tx->close_after) {
-        run_after_sent(state, action);
-        return -1;
-      }
-      // Keep-alive: ready for the next request on this connection. This
-      // rebinds the protocol, which frees `tx` (HTTP_DROP_PROTOCOL).
-      const int rc = lws_http_transaction_completed(wsi) ? -1 : 0;
-      run_after_sent(state, action);
-      return rc;
-    }
   }
-  if (tx->sse) {
-    if (tx->out_pos >= tx->out.size()) {
-      tx->out.clear();
-      tx->out_pos = 0;
-      if (tx->sse_closing) return -1;
-    }
-    if (!tx->queue.empty() || tx->out_pos < tx->out.size()) lws_callback_on_writable(wsi);
-  } else if (tx->out_pos < tx->out.size()) {
-    lws_callback_on_writable(wsi);
+  if (tx->out_pos >= tx->out.size()) {
+    tx->out.clear();
+    tx->out_pos = 0;
+    if (tx->sse_closing) return -1;
   }
+  if (!tx->queue.empty() || tx->out_pos < tx->out.size()) lws_callback_on_writable(wsi);
   return 0;
 }
 
