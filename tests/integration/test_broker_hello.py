@@ -125,6 +125,21 @@ class BrokerHelloTest(LabTestCase):
             self.assertIn("404", str(cm.exception))
         asyncio.run(go())
 
+    def test_certificate_from_another_ca_is_refused(self):
+        import os
+        from harness import Certs
+        other = Certs(os.path.join(self.lab.dir, "other-ca"))
+        crt, key = other.rig("rig-a")
+
+        async def go():
+            with self.assertRaises(Exception):
+                ws = await rc.connect(self.broker.url, rc.tls_context(self.lab.certs, cert=crt, key=key))
+                await ws.send(rc.hello("rig-a"))
+                await rc.recv_msg(ws, timeout=3)
+        asyncio.run(go())
+        self.assertEqual(self.broker.rigs(), {})
+        self.assertIn("client certificate refused", self.broker.log())
+
     def test_client_without_certificate_is_refused(self):
         async def go():
             with self.assertRaises(Exception):
