@@ -8,6 +8,7 @@ TRANSPORTS = ("plain",)
 
 def run(ctx):
     sim0 = ctx.fleet.totals()["cpu_s"]
+    broker0 = ctx.broker.cpu_seconds()
     total, skip = (2100, 100) if ctx.bench.smoke else (21000, 1000)
     inflight = 20 if ctx.bench.smoke else 100
     # Every HTTP connection is a descriptor of the broker, next to the N rigs.
@@ -16,4 +17,7 @@ def run(ctx):
                  inflight=inflight, connections=conns, kind="noop")
     r["connections"] = conns
     r["rigsim_cpu_s"] = round(ctx.fleet.totals()["cpu_s"] - sim0, 3)
+    broker_cpu = ctx.broker.cpu_seconds() - broker0
+    r["broker_cpu_s"] = round(broker_cpu, 3)
+    r["broker_cpu_us_per_cmd"] = round(broker_cpu * 1e6 / (total), 1)
     return r
