@@ -577,9 +577,13 @@ void Broker::on_hello(Connection& c, msg::Hello hello) {
   }
   c.rig_id = std::move(hello.rig_id);
   c.boot_id = parse_uuid(hello.boot_id).value_or(Uuid{});  // validated by hello_problem
-  c.agent_version = &*versions_.insert(std::move(hello.agent_version)).first;
+  auto version = versions_.try_emplace(std::move(hello.agent_version), 0).first;
+  ++version->second;
+  c.agent_version = &version->first;
   std::sort(hello.kinds.begin(), hello.kinds.end());
-  c.kinds = &*kind_sets_.insert(std::move(hello.kinds)).first;
+  auto kinds = kind_sets_.try_emplace(std::move(hello.kinds), 0).first;
+  ++kinds->second;
+  c.kinds = &kinds->first;
   c.labels.assign(std::make_move_iterator(hello.labels.begin()), std::make_move_iterator(hello.labels.end()));
   c.phase = ConnPhase::live;
   c.registered = true;
@@ -806,6 +810,7 @@ void Broker::on_closed(Connection& c) {
   if (c.assembling) partial_frames_.erase(&c);
   if (c.has_cancels) pending_cancels_.erase(&c);
   if (c.rx_paused) std::erase(paused_, &c);
+  release_interned(c);
   if (c.prev) c.prev->next = c.next;
   else head_ = c.next;
   if (c.next) c.next->prev = c.prev;
@@ -815,6 +820,19 @@ void Broker::on_closed(Connection& c) {
   c.magic = 0;
   c.~Connection();
   if (drain_.active) check_drain_done();
+}
+
+void Broker::release_interned(Connection& c) {
+  if (c.agent_version) {
+    auto it = versions_.find(*c.agent_version);
+    if (it != versions_.end() && --it->second == 0) versions_.erase(it);
+    c.agent_version = nullptr;
+  }
+  if (c.kinds) {
+    auto it = kind_sets_.find(*c.kinds);
+    if (it != kind_sets_.end() && --it->second == 0) kind_sets_.erase(it);
+    c.kinds = nullptr;
+  }
 }
 
 void Broker::emit(std::string type, const std::string& rig_id, const std::string& cmd_id,

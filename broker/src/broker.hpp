@@ -11,7 +11,6 @@
 #include <memory>
 #include <random>
 #include <string>
-#include <set>
 #include <string_view>
 #include <unordered_map>
 
@@ -135,8 +134,11 @@ class Broker final : public Fleet {
   std::size_t connection_count_ = 0;
   // Registered rigs; the key views the Connection's own rig_id (erased before it goes).
   std::unordered_map<std::string_view, Connection*> rigs_;
-  std::set<std::string> versions_;                  // interned agent versions
-  std::set<std::vector<std::string>> kind_sets_;    // interned kind lists
+  // Interned agent versions and kind lists, reference-counted so a rig that
+  // reconnects with ever new values cannot grow them without bound.
+  std::map<std::string, std::uint32_t> versions_;
+  std::map<std::vector<std::string>, std::uint32_t> kind_sets_;
+  void release_interned(Connection& c);
   CommandTable commands_;
   DrainPlan drain_;
   std::mt19937_64 rng_;
