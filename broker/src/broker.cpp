@@ -1033,7 +1033,9 @@ bool Broker::cancel(std::string_view cmd_id) {
   if (!v || CommandTable::finished(v->state)) return false;
   auto it = rigs_.find(v->rig_id);
   if (it == rigs_.end()) return false;
-  pending_cancels_[it->second].emplace_back(cmd_id);
+  auto& list = pending_cancels_[it->second];
+  if (list.size() >= 64 || std::find(list.begin(), list.end(), cmd_id) != list.end()) return false;  // bounded
+  list.emplace_back(cmd_id);
   it->second->has_cancels = true;
   lws_callback_on_writable(it->second->wsi);
   return true;
