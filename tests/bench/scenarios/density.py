@@ -14,6 +14,8 @@ def run(ctx):
         "connect_s": round(f.connect_s, 3),
         "connects_per_s": round(ctx.n / f.connect_s, 1) if f.connect_s > 0 else None,
         "broker_cpu_connect_s": round(f.broker_cpu_connect, 3),
+        # what one broker core could accept per second: robust to a shared machine
+        "connects_per_broker_cpu_s": round(ctx.n / f.broker_cpu_connect, 1) if f.broker_cpu_connect > 0 else None,
         "rigsim_cpu_s": round(f.sim_cpu_connect, 3),
         "refused_503": f.refused,
     }
