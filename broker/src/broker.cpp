@@ -206,6 +206,7 @@ Expected<void> Broker::start() {
   copts.host = cfg_.control.host;
   copts.port = cfg_.control.port;
   copts.token = cfg_.control_token;
+  copts.default_drain_window = std::chrono::milliseconds(cfg_.drain_window_ms);
   auto cv = create_control_vhost(context_, copts, *this, metrics_);
   if (!cv) return make_error(Errc::io, "control API on " + cfg_.control.to_string() + ": " + cv.error().detail);
   control_vhost_ = *cv;

@@ -70,6 +70,7 @@ ParseOutcome parse_command_line(int argc, char** argv) {
   BrokerConfig cfg;
   CLI::App app{"fleetlink-broker: holds the rigs' WebSocket connections and routes commands"};
   app.set_config("--config", "", "config file (INI/TOML); every flag is also a key");
+  app.allow_config_extras(CLI::config_extras_mode::error);  // a misspelt key must not be ignored
   std::string listen = "0.0.0.0:8443", plain_listen, control = "127.0.0.1:8080";
   std::string token_file, log_level = "info";
   app.add_option("--listen", listen, "wss listener for rigs (path /agent)");

@@ -3,12 +3,25 @@
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <string>
 
 namespace fleetlink::broker {
 namespace {
 LogLevel g_level = LogLevel::info;
+// Under systemd, stderr is a journal stream: sd-daemon "<N>" prefixes give each line
+// its priority, and the journal keeps its own timestamps.
+const bool g_journal = std::getenv("JOURNAL_STREAM") != nullptr;
+const char* journal_priority(LogLevel l) {
+  switch (l) {
+    case LogLevel::debug: return "<7>";
+    case LogLevel::info: return "<6>";
+    case LogLevel::warn: return "<4>";
+    case LogLevel::error: return "<3>";
+  }
+  return "<6>";
+}
 const char* level_name(LogLevel l) {
   switch (l) {
     case LogLevel::debug: return "DEBUG";
@@ -46,7 +59,10 @@ void log_line(LogLevel level, const char* fmt, ...) {
   va_start(ap, fmt);
   std::vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  std::fprintf(stderr, "%s %s %s\n", iso8601_ms(wall_ms()).c_str(), level_name(level), msg);
+  if (g_journal)
+    std::fprintf(stderr, "%s%s\n", journal_priority(level), msg);
+  else
+    std::fprintf(stderr, "%s %s %s\n", iso8601_ms(wall_ms()).c_str(), level_name(level), msg);
 }
 
 }  // namespace fleetlink::broker
