@@ -15,6 +15,7 @@
 #include <new>
 #include <optional>
 #include <set>
+#include <unordered_set>
 #include <vector>
 
 #include "control_json.hpp"
@@ -49,6 +50,9 @@ struct ControlState {
   BrokerMetrics* metrics = nullptr;
   bool shut_down = false;
   std::set<Transaction*> streams;  // transactions subscribed to the Fleet (SSE, held POSTs)
+  // Connections that already completed a keep-alive transaction: only their
+  // later requests can be pipelined ones (see request_is_pipelined).
+  std::unordered_set<lws*> kept_alive;
 };
 
 // One HTTP transaction (one request/response, or one SSE stream).
@@ -222,6 +226,7 @@ int send_and_complete(Transaction* tx, HttpResponse r) {
   // Keep-alive: ready for the next request. This rebinds the protocol, which
   // frees `tx` (HTTP_DROP_PROTOCOL): it must not be touched after.
   const int rc = lws_http_transaction_completed(wsi) ? -1 : 0;
+  if (rc == 0 && state != nullptr) state->kept_alive.insert(wsi);
   run_after_sent(state, r.after_sent);
   return rc;
 }
@@ -300,6 +305,50 @@ int answer_now_and_close(lws* wsi, HttpResponse r) {
   return -1;
 }
 
+// Whether the request lws just parsed came out of its per-connection buffer
+// of bytes read after the previous request (HTTP/1.1 pipelining), rather
+// than from a fresh socket read.
+//
+// lws 4.1.6 cannot read the body of such a request: lws_http_action() then
+// feeds the connection's buffer to the body parser from the start of the
+// request (headers and all), and once the transaction is complete it loops
+// forever on the rest of the buffer (100% CPU, the whole event loop stalls).
+// A request with a body that may be pipelined is therefore refused before
+// lws gets there (see LWS_CALLBACK_HTTP); bodiless requests are fine.
+//
+// There is no public accessor for a connection's buffer, but
+// lws_service_adjust_timeout() returns 0 while any connection has buffered
+// input it can process, and a flow-controlled connection does not count: so
+// this connection is the buffered one when the answer changes as it is
+// flow-controlled for a moment. When some other connection also has
+// buffered input the answer is unknown, and "pipelined" is the safe guess
+// (the cost is one refused request; the other guess stalls the broker).
+bool request_is_pipelined(lws* wsi) {
+  ControlState* state = state_of(wsi);
+  // The first request on a connection never comes from that buffer.
+  if (state == nullptr || state->kept_alive.count(wsi) == 0) return false;
+  lws_context* context = lws_get_context(wsi);
+  const int tsi = lws_get_tsi(wsi);
+  if (lws_service_adjust_timeout(context, 1, tsi) != 0) return false;  // nobody has buffered input
+  lws_rx_flow_control(wsi, 0);
+  const bool others_idle = lws_service_adjust_timeout(context, 1, tsi) != 0;
+  lws_rx_flow_control(wsi, 1);
+  (void)others_idle;  // buffered input here for certain, or unknown: pipelined either way
+  return true;
+}
+
+// The answer to a pipelined request with a body: not processed, retry it on
+// a new connection (RFC 9112 9.3.2: a client that pipelines must be ready to
+// resend requests that were not answered).
+HttpResponse pipelined_request_refused() {
+  HttpResponse r = json_error(
+      503, "pipelined_request",
+      "a request with a body cannot follow another one in the same write on this connection; "
+      "it was not processed: send it again on a new connection");
+  r.headers.emplace_back("Retry-After", "0");
+  return r;
+}
+
 // Writeable: a held POST whose wait ended, or the next piece of an SSE stream.
 int write_pending(lws* wsi, Transaction* tx) {
   if (tx->hold) return tx->hold_done ? finish_hold(tx) : 0;
@@ -354,8 +403,12 @@ int callback_control(lws* wsi, lws_callback_reasons reason, void* user, void* in
       if (!state->options.token.empty()) {
         tx->request.authorization = header_value(wsi, WSI_TOKEN_HTTP_AUTHORIZATION);
       }
-      if (!method_has_body(tx->request.method)) return respond(tx);
       const std::string length = header_value(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH);
+      // Any method: lws reads (or discards) a body whenever there is a Content-Length.
+      if (!length.empty() && std::atoll(length.c_str()) > 0 && request_is_pipelined(wsi)) {
+        return answer_now_and_close(wsi, pipelined_request_refused());
+      }
+      if (!method_has_body(tx->request.method)) return respond(tx);
       if (length.empty()) {
         // lws 4.1 would wait for a 100 MB body here. HTTP/1.1 says no
         // Content-Length and no Transfer-Encoding means no body (curl -X POST),
@@ -420,7 +473,15 @@ int callback_control(lws* wsi, lws_callback_reasons reason, void* user, void* in
       return 0;
 
     case LWS_CALLBACK_HTTP_DROP_PROTOCOL:
+      destroy_transaction(pss);
+      return 0;
+
     case LWS_CALLBACK_CLOSED_HTTP:
+    case LWS_CALLBACK_WSI_DESTROY:
+      // (The state may already be gone while the context is destroyed.)
+      if (ControlState* state = state_of(wsi); state != nullptr && live_states().count(state) > 0) {
+        state->kept_alive.erase(wsi);
+      }
       destroy_transaction(pss);
       return 0;
 
