@@ -1,7 +1,7 @@
 // fleetctl: operator CLI for the fleetlink broker's control API.
 //
 //   fleetctl rigs | rig RIG | send RIG KIND [--lines N] [--arg k=v]... [--wait]
-//            status CMD_ID | reconnect RIG | drain [--window-ms N] | events | health
+//            status CMD_ID | cancel CMD_ID | reconnect RIG | drain [--window-ms N] | events | health
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -266,6 +266,29 @@ int cmd_status(ControlClient& c, const Globals& g, const std::string& cmd_id) {
   return is_final(field_text(cmd, "state")) ? finished_command_exit(cmd) : kOk;
 }
 
+// Asks the broker to send CANCEL for a command in flight. The command ends
+// later with the rig's RESULT (fleetctl status CMD_ID shows it).
+int cmd_cancel(ControlClient& c, const Globals& g, const std::string& cmd_id) {
+  TransportError e;
+  const auto r = c.call("POST", "/v1/commands/" + c.escape(cmd_id) + "/cancel", {}, e);
+  if (!r) return unreachable(e);
+  if (r->status != 202 && r->status != 200) {
+    const json body = parse_json(r->body);
+    if (r->status == 409 && field_text(body, "error") == "not_running") {
+      if (g.json_output) print_raw(r->body);
+      return fail(kFailed, "command " + cmd_id + " is not running (state " +
+                               field_text(body, "state") + "): nothing to cancel");
+    }
+    return api_error(*r, g);
+  }
+  if (g.json_output) {
+    print_raw(r->body);
+  } else {
+    std::cout << "cancel sent for " << cmd_id << " (see: fleetctl status " << cmd_id << ")\n";
+  }
+  return kOk;
+}
+
 int cmd_reconnect(ControlClient& c, const Globals& g, const std::string& rig) {
   TransportError e;
   const auto r = c.call("POST", "/v1/rigs/" + c.escape(rig) + "/reconnect", {}, e);
@@ -409,6 +432,9 @@ int main(int argc, char** argv) {
   std::string cmd_id;
   status->add_option("CMD_ID", cmd_id, "command id")->required();
 
+  auto* cancel = app.add_subcommand("cancel", "stop a command in flight (the rig gets CANCEL)");
+  cancel->add_option("CMD_ID", cmd_id, "command id")->required();
+
   auto* reconnect = app.add_subcommand("reconnect", "close a rig's connection (it reconnects)");
   reconnect->add_option("RIG", rig_id, "rig id")->required();
 
@@ -445,6 +471,7 @@ int main(int argc, char** argv) {
   if (*rig) return cmd_rig(client, g, rig_id);
   if (*send) return cmd_send(client, g, rig_id, kind, lines, args, wait, timeout_s);
   if (*status) return cmd_status(client, g, cmd_id);
+  if (*cancel) return cmd_cancel(client, g, cmd_id);
   if (*reconnect) return cmd_reconnect(client, g, rig_id);
   if (*drain) return cmd_drain(client, g, window_ms);
   if (*events) return cmd_events(client, g, max_events);

@@ -141,6 +141,45 @@ HttpResponse post_command(const HttpRequest& req, Fleet& fleet, const std::strin
   return r;
 }
 
+HttpResponse unknown_command(const std::string& cmd_id) {
+  return json_response(404, json{{"error", "unknown_command"},
+                                 {"cmd_id", cmd_id},
+                                 {"detail", "no such command (never sent, or expired from "
+                                            "the command history)"}});
+}
+
+bool command_finished(CommandState s) {
+  return s == CommandState::done || s == CommandState::nacked || s == CommandState::lost;
+}
+
+// POST /v1/commands/{cmd_id}/cancel: the broker sends CANCEL to the command's
+// rig; the command ends later with the rig's RESULT (status "cancelled" when
+// it was stopped). 202 means the CANCEL is on its way, not that it is done.
+HttpResponse post_cancel(Fleet& fleet, const std::string& cmd_id) {
+  const std::optional<CommandView> cmd = fleet.command(cmd_id);
+  if (!cmd) return unknown_command(cmd_id);
+  if (command_finished(cmd->state)) {
+    return json_response(409, json{{"error", "not_running"},
+                                   {"cmd_id", cmd_id},
+                                   {"state", command_state_name(cmd->state)},
+                                   {"detail", "the command has already finished"}});
+  }
+  if (!fleet.cancel(cmd_id)) {
+    // Still running as far as the broker knows, but no CANCEL could be queued:
+    // its rig is not connected here, or a cancel for it is already pending.
+    const bool connected = fleet.rig(cmd->rig_id).has_value();
+    return json_response(409, json{{"error", connected ? "cancel_pending" : "rig_not_connected"},
+                                   {"cmd_id", cmd_id},
+                                   {"rig_id", cmd->rig_id},
+                                   {"detail", connected
+                                                  ? "a cancel for this command (or too many "
+                                                    "cancels for its rig) is already pending"
+                                                  : "the command's rig is not connected to "
+                                                    "this broker"}});
+  }
+  return json_response(202, json{{"cmd_id", cmd_id}, {"cancel_sent", true}});
+}
+
 HttpResponse post_drain(const HttpRequest& req, const Fleet& fleet,
                         const ControlApiOptions& options) {
   HttpResponse error;
@@ -272,15 +311,14 @@ HttpResponse route(const HttpRequest& req, Fleet& fleet, const BrokerMetrics& me
     }
     return not_found(req.path);
   }
+  if (collection == "commands" && seg.size() == 4 && seg[3] == "cancel") {
+    if (!post) return method_not_allowed("POST");
+    return post_cancel(fleet, seg[2]);
+  }
   if (collection == "commands" && seg.size() == 3) {
     if (!get) return method_not_allowed("GET");
     const std::optional<CommandView> cmd = fleet.command(seg[2]);
-    if (!cmd) {
-      return json_response(404, json{{"error", "unknown_command"},
-                                     {"cmd_id", seg[2]},
-                                     {"detail", "no such command (never sent, or expired from "
-                                                "the command history)"}});
-    }
+    if (!cmd) return unknown_command(seg[2]);
     return json_response(200, command_json(*cmd));
   }
   if (collection == "admin" && seg.size() == 3 && seg[2] == "drain") {

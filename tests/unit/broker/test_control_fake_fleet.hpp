@@ -17,6 +17,8 @@ class FakeFleet final : public Fleet {
   std::optional<EnqueueFailure> next_failure;  // returned by the next enqueue, then cleared
   std::vector<std::pair<std::string, StringMap>> enqueued;  // kind, args
   std::vector<std::string> reconnected;
+  std::vector<std::string> cancelled;   // cmd_ids passed to cancel()
+  bool cancel_accepts = true;           // what cancel() returns for a live command
   std::optional<std::chrono::milliseconds> drain_window;
   bool is_ready = true;
   std::map<std::uint64_t, EventSink> sinks;
@@ -57,6 +59,11 @@ class FakeFleet final : public Fleet {
   bool force_reconnect(std::string_view rig_id) override {
     if (rig_map.find(rig_id) == rig_map.end()) return false;
     reconnected.emplace_back(rig_id);
+    return true;
+  }
+  bool cancel(std::string_view cmd_id) override {
+    if (commands.find(cmd_id) == commands.end() || !cancel_accepts) return false;
+    cancelled.emplace_back(cmd_id);
     return true;
   }
   void start_drain(std::chrono::milliseconds window) override { drain_window = window; }

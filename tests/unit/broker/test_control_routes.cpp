@@ -419,3 +419,44 @@ TEST_CASE("control: GET /v1/rigs filters by state, rig glob and label") {
   CHECK(ids("label=lab") == std::vector<std::string>{"rig-0414", "rig-1", "rig-2"});
   CHECK(ids("state=connected&label=lab=a1").empty());
 }
+
+TEST_CASE("control: POST /v1/commands/{id}/cancel -> 202 / 404 / 409") {
+  Fixture f;
+  CommandView running;
+  running.cmd_id = "c-run";
+  running.rig_id = "rig-1";
+  running.state = CommandState::acked;
+  f.fleet.commands["c-run"] = running;
+  CommandView finished = running;
+  finished.cmd_id = "c-done";
+  finished.state = CommandState::done;
+  f.fleet.commands["c-done"] = finished;
+
+  HttpResponse r = f.call("POST", "/v1/commands/c-run/cancel");
+  CHECK(r.status == 202);
+  CHECK(body_of(r) == json{{"cmd_id", "c-run"}, {"cancel_sent", true}});
+  CHECK(f.fleet.cancelled == std::vector<std::string>{"c-run"});
+
+  r = f.call("POST", "/v1/commands/c-done/cancel");
+  CHECK(r.status == 409);
+  CHECK(body_of(r)["error"] == "not_running");
+  CHECK(body_of(r)["state"] == "done");
+
+  r = f.call("POST", "/v1/commands/ghost/cancel");
+  CHECK(r.status == 404);
+  CHECK(body_of(r)["error"] == "unknown_command");
+
+  // Running, but no CANCEL could be queued: rig gone, or one already pending.
+  f.fleet.cancel_accepts = false;
+  r = f.call("POST", "/v1/commands/c-run/cancel");
+  CHECK(r.status == 409);
+  CHECK(body_of(r)["error"] == "cancel_pending");
+  f.fleet.rig_map.erase("rig-1");
+  r = f.call("POST", "/v1/commands/c-run/cancel");
+  CHECK(r.status == 409);
+  CHECK(body_of(r)["error"] == "rig_not_connected");
+
+  r = f.call("GET", "/v1/commands/c-run/cancel");
+  CHECK(r.status == 405);
+  CHECK(f.fleet.cancelled.size() == 1);
+}
