@@ -43,13 +43,13 @@ struct Agent::Link {
     return session != nullptr && session->send(m);
   }
   void finished(std::string cmd_id, Outcome outcome, std::uint64_t started_ms,
-                std::uint64_t stream_dropped) {
+                std::uint64_t stream_dropped, std::uint64_t stream_end) {
     std::lock_guard lk(mu);
     if (!session) return;
     Agent* a = agent;
-    session->post([a, id = std::move(cmd_id), o = std::move(outcome), started_ms,
-                   stream_dropped]() mutable {
-      a->command_finished(id, std::move(o), started_ms, stream_dropped);
+    session->post([a, id = std::move(cmd_id), o = std::move(outcome), started_ms, stream_dropped,
+                   stream_end]() mutable {
+      a->command_finished(id, std::move(o), started_ms, stream_dropped, stream_end);
     });
   }
 };
@@ -84,13 +84,15 @@ class CommandReporter final : public Reporter {
 
   void finish(Outcome outcome) override {
     std::uint64_t dropped = 0;
+    std::uint64_t end = 0;
     {
       std::lock_guard lk(mu_);
       if (finished_) return;
       finished_ = true;
       dropped = dropped_;
+      end = offset_;
     }
-    link_->finished(cmd_id_, std::move(outcome), started_ms_, dropped);
+    link_->finished(cmd_id_, std::move(outcome), started_ms_, dropped, end);
   }
 
  private:
@@ -199,6 +201,7 @@ msg::Result make_result(const std::string& cmd_id, Outcome o, std::uint64_t star
     o.output.resize(kMaxResultOutput);
     r.truncated = true;
   }
+  if (r.dropped_bytes > 0) r.truncated = true;  // some of the output is not anywhere
   r.output.assign(o.output.begin(), o.output.end());
   r.started_at_ms = started_ms;
   r.finished_at_ms = std::max(finished_ms, started_ms);
@@ -358,8 +361,35 @@ void Agent::on_disconnected(std::uint16_t code, std::string_view reason) {
 }
 
 void Agent::on_unsent(std::vector<Message> unsent) {
-  for (auto& m : unsent)
-    if (auto* r = std::get_if<msg::Result>(&m)) spool(*r);
+  // Output chunks still queued when the connection ended were never delivered:
+  // they are dropped bytes of their command, not silently gone.
+  for (auto& r : unsent_output_.absorb(std::move(unsent))) {
+    if (r.truncated) {
+      if (auto ok = results_->put(r); !ok)
+        FL_LOG(warn, "result of cmd=" << r.cmd_id << " not stored for replays: " << ok.error().detail);
+    }
+    spool(r);
+  }
+  // Commands still running take theirs when their RESULT is made (command_finished);
+  // a RESULT already waiting in the spool (the queue was full when it was made) is
+  // rewritten with them.
+  for (const auto& id : unsent_output_.pending_ids()) {
+    if (running_.contains(id)) continue;
+    const std::uint64_t n = unsent_output_.take(id);
+    bool charged = false;
+    for (auto& [spool_id, r] : spool_->pending()) {
+      if (r.cmd_id != id) continue;
+      add_dropped(r, n);
+      spool_->remove(spool_id);
+      spool(r);
+      if (auto ok = results_->put(r); !ok)
+        FL_LOG(warn, "result of cmd=" << r.cmd_id << " not stored for replays: " << ok.error().detail);
+      charged = true;
+      break;
+    }
+    if (!charged)
+      FL_LOG(warn, "cmd=" << id << ": " << n << " unsent output bytes, but its result is neither pending nor spooled");
+  }
 }
 
 void Agent::spool(const msg::Result& r) {
@@ -368,8 +398,10 @@ void Agent::spool(const msg::Result& r) {
     FL_LOG(error, "cannot spool result cmd=" << r.cmd_id << ": " << pushed.error().detail);
     return;
   }
-  if (*pushed)
+  if (*pushed) {
     FL_LOG(warn, "spool full (" << spool_->max() << "): dropped the oldest result cmd=" << **pushed);
+    stream_ends_.erase(**pushed);
+  }
   FL_LOG(info, "result spooled cmd=" << r.cmd_id << " status=" << fleetlink::to_string(r.status)
                                      << " spooled=" << spool_->size());
 }
@@ -378,7 +410,9 @@ void Agent::flush_spool() {
   if (spool_->size() == 0) return;
   std::size_t sent = 0;
   for (auto& [id, r] : spool_->pending()) {
-    if (!session_->send(Message{r})) break;  // queue full: on_queue_empty resumes
+    // queue full: on_queue_empty resumes
+    if (!send_stream_end(r.cmd_id) || !session_->send(Message{r})) break;
+    stream_ends_.erase(r.cmd_id);
     spool_->remove(id);
     ++sent;
     FL_LOG(info, "result sent from spool cmd=" << r.cmd_id << " status=" << fleetlink::to_string(r.status));
@@ -386,8 +420,23 @@ void Agent::flush_spool() {
   FL_LOG(info, "spool flushed sent=" << sent << " left=" << spool_->size());
 }
 
+// The stream's end, as an empty chunk at offset = the total bytes written, just
+// before the RESULT: the broker then sees the bytes lost in transit after the last
+// chunk it got (a connection that ended with them written but unread) as a gap.
+// Sent again with a RESULT that went through the spool (the broker ignores a
+// second one).
+bool Agent::send_stream_end(const std::string& cmd_id) {
+  auto it = stream_ends_.find(cmd_id);
+  if (it == stream_ends_.end()) return true;
+  msg::OutputChunk end;
+  end.cmd_id = cmd_id;
+  end.offset = it->second;
+  return session_->send(Message{std::move(end)});
+}
+
 void Agent::deliver(const msg::Result& r) {
-  if (welcomed_ && session_->send(Message{r})) {
+  if (welcomed_ && send_stream_end(r.cmd_id) && session_->send(Message{r})) {
+    stream_ends_.erase(r.cmd_id);
     FL_LOG(info, "result cmd=" << r.cmd_id << " status=" << fleetlink::to_string(r.status) << " exit="
                                << r.exit_code << " bytes=" << r.output.size()
                                << (r.truncated ? " truncated" : ""));
@@ -471,8 +520,10 @@ void Agent::start_command(const msg::Command& c, std::uint64_t now) {
 }
 
 void Agent::command_finished(const std::string& cmd_id, Outcome outcome, std::uint64_t started_ms,
-                             std::uint64_t stream_dropped) {
+                             std::uint64_t stream_dropped, std::uint64_t stream_end) {
   running_.erase(cmd_id);
+  if (stream_end > 0) stream_ends_[cmd_id] = stream_end;
+  stream_dropped += unsent_output_.take(cmd_id);  // its chunks a lost connection never wrote
   msg::Result r = make_result(cmd_id, std::move(outcome), started_ms, now_unix_ms(), stream_dropped);
   if (auto ok = results_->put(r); !ok)
     FL_LOG(warn, "result of cmd=" << cmd_id << " not stored for replays: " << ok.error().detail);

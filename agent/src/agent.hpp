@@ -21,6 +21,7 @@
 #include "fleetlink/client_session.hpp"
 #include "fleetlink/dedup_window.hpp"
 #include "result_store.hpp"
+#include "unsent_output.hpp"
 
 namespace fleetlink::agent {
 
@@ -51,8 +52,9 @@ class Agent {
   const std::string& boot_id() const noexcept { return boot_id_; }
 
   // Called on the loop thread by reporters.
+  // stream_end: the bytes of output the command wrote in all (0: it streamed nothing).
   void command_finished(const std::string& cmd_id, Outcome outcome, std::uint64_t started_ms,
-                        std::uint64_t stream_dropped);
+                        std::uint64_t stream_dropped, std::uint64_t stream_end = 0);
 
   struct Link;  // what reporters hold: outlives the agent safely
 
@@ -63,6 +65,7 @@ class Agent {
   void on_disconnected(std::uint16_t code, std::string_view reason);
   void on_unsent(std::vector<Message> unsent);
   void deliver(const msg::Result& r);
+  bool send_stream_end(const std::string& cmd_id);
   void spool(const msg::Result& r);
   void flush_spool();
   void start_command(const msg::Command& c, std::uint64_t now_ms);
@@ -83,6 +86,9 @@ class Agent {
     std::uint64_t started_ms = 0;
   };
   std::map<std::string, Running, std::less<>> running_;
+  UnsentOutput unsent_output_;  // output bytes a lost connection never wrote, by command
+  // Stream totals of finished commands whose RESULT is not sent yet (send_stream_end).
+  std::map<std::string, std::uint64_t, std::less<>> stream_ends_;
   bool welcomed_ = false;
 };
 

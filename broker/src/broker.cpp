@@ -655,6 +655,11 @@ void Broker::on_result(Connection& c, msg::Result result) {
     result.output.resize(kMaxResultOutput);
     result.truncated = true;
   }
+  if (std::uint64_t lost = reconcile_result(*v, result); lost > 0)
+    FL_WARN("rig=%s cmd=%s: %llu output bytes lost in transit (stream gaps %llu, rig counted %llu dropped)",
+            c.rig_id.c_str(), result.cmd_id.c_str(), static_cast<unsigned long long>(lost),
+            static_cast<unsigned long long>(v->stream_gap_bytes),
+            static_cast<unsigned long long>(result.dropped_bytes - lost));
   // A result whose ACK was never seen settles the command too.
   if (v->state == CommandState::queued || v->state == CommandState::sent) c.outbox.settle_cmd(v->cmd_id);
   v->state = CommandState::done;
@@ -671,10 +676,11 @@ void Broker::on_result(Connection& c, msg::Result result) {
 void Broker::on_output(Connection& c, const msg::OutputChunk& chunk) {
   CommandView* v = commands_.find(chunk.cmd_id);
   if (!v || v->rig_id != c.rig_id) return;
-  v->streamed_bytes += chunk.data.size();
-  v->streamed_output.append(reinterpret_cast<const char*>(chunk.data.data()), chunk.data.size());
-  if (v->streamed_output.size() > CommandTable::kStreamTail)
-    v->streamed_output.erase(0, v->streamed_output.size() - CommandTable::kStreamTail);
+  const std::uint64_t expected = v->stream_next_offset;
+  if (std::uint64_t gap = account_output(*v, chunk); gap > 0)
+    FL_DEBUG("output gap rig=%s cmd=%s: expected offset %llu, got %llu (%llu bytes not streamed)", c.rig_id.c_str(),
+             chunk.cmd_id.c_str(), static_cast<unsigned long long>(expected),
+             static_cast<unsigned long long>(chunk.offset), static_cast<unsigned long long>(gap));
   if (v->state == CommandState::acked || v->state == CommandState::sent) v->state = CommandState::running;
 }
 

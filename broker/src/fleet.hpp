@@ -72,6 +72,8 @@ struct CommandView {
   std::optional<msg::Result> result;      // output holds at most kMaxResultOutput bytes
   std::string streamed_output;            // chunks seen so far (bounded tail)
   std::uint64_t streamed_bytes = 0;
+  std::uint64_t stream_next_offset = 0;   // where the next output chunk should start
+  std::uint64_t stream_gap_bytes = 0;     // bytes skipped between chunks (see command_table.hpp)
 };
 
 struct EnqueueOk {
