@@ -14,6 +14,19 @@
 
 namespace fleetlink::broker {
 
+std::size_t PendingHandshakes::expire(std::uint64_t now_ms) {
+  std::size_t n = 0;
+  for (auto it = started_at_.begin(); it != started_at_.end();) {
+    if (now_ms - it->second > max_age_ms_) {
+      it = started_at_.erase(it);
+      ++n;
+    } else {
+      ++it;
+    }
+  }
+  return n;
+}
+
 AdmissionListener::~AdmissionListener() { close(); }
 
 Expected<void> AdmissionListener::open(const HostPort& where, int backlog) {
@@ -51,7 +64,32 @@ Expected<void> AdmissionListener::open(const HostPort& where, int backlog) {
   uv_poll_init_socket(loop_, poll_, fd_);
   poll_->data = this;
   uv_poll_start(poll_, UV_READABLE, &AdmissionListener::on_readable);
+  timer_ = new uv_timer_t{};
+  uv_timer_init(loop_, timer_);
+  timer_->data = this;
   return {};
+}
+
+void AdmissionListener::pause(std::uint64_t for_us) {
+  if (!poll_) return;
+  if (!paused_) {
+    uv_poll_stop(poll_);
+    paused_ = true;
+  }
+  if (for_us != kUntilResumed) {
+    std::uint64_t ms = (for_us + 999) / 1000;
+    uv_timer_start(timer_, [](uv_timer_t* t) {
+      if (auto* self = static_cast<AdmissionListener*>(t->data)) self->resume();
+    }, ms == 0 ? 1 : ms, 0);
+  }
+}
+
+void AdmissionListener::resume() {
+  if (!paused_ || !poll_) return;
+  paused_ = false;
+  uv_timer_stop(timer_);
+  // Level-triggered: fires at once if connections wait in the backlog.
+  uv_poll_start(poll_, UV_READABLE, &AdmissionListener::on_readable);
 }
 
 void AdmissionListener::on_readable(uv_poll_t* handle, int status, int /*events*/) {
@@ -59,6 +97,13 @@ void AdmissionListener::on_readable(uv_poll_t* handle, int status, int /*events*
   if (!self || status < 0 || self->fd_ < 0) return;
   // Bounded per wake-up so a storm cannot starve established connections.
   for (int i = 0; i < 64; ++i) {
+    if (self->hold_us_) {
+      std::uint64_t hold = self->hold_us_();
+      if (hold != 0) {
+        self->pause(hold);
+        return;
+      }
+    }
     int fd = ::accept4(self->fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR) continue;
@@ -73,6 +118,14 @@ void AdmissionListener::on_readable(uv_poll_t* handle, int status, int /*events*
 }
 
 void AdmissionListener::close() {
+  if (timer_) {
+    timer_->data = nullptr;
+    uv_timer_stop(timer_);
+    uv_close(reinterpret_cast<uv_handle_t*>(timer_),
+             [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
+    timer_ = nullptr;
+  }
+  paused_ = false;
   if (poll_) {
     poll_->data = nullptr;
     uv_poll_stop(poll_);

@@ -2,13 +2,22 @@
 // Admission: the broker owns accept(). Its listening socket has SO_REUSEPORT so
 // several broker processes can share one port; a uv_poll_t watches it and every
 // accepted socket is handed to libwebsockets (lws_adopt_socket_vhost), TLS included.
-// The accept-rate token bucket itself is applied at the HTTP upgrade (see
-// Broker::on_confirm_upgrade), where a 503 with Retry-After can still be answered.
+//
+// The listener only accepts while the broker says it has room (hold_us() == 0):
+// while too many accepted sockets have not finished their TLS handshake and
+// WebSocket upgrade, or (TLS listener) while the accept-rate bucket is empty, it
+// stops polling the listening socket and the kernel's backlog is the waiting
+// room. A TLS handshake accepted and then abandoned costs the broker its CPU and
+// the rig a failed attempt plus an exponential backoff; waiting in the backlog
+// costs neither. Plain ws rigs over the bucket are still answered 503 with a
+// Retry-After at the upgrade (Broker::on_confirm_upgrade), which is cheap there.
 #include <uv.h>
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
+#include <unordered_map>
 
 #include "config.hpp"
 #include "fleetlink/expected.hpp"
@@ -17,29 +26,63 @@ struct lws_vhost;
 
 namespace fleetlink::broker {
 
+// Accepted sockets whose TLS handshake / WebSocket upgrade is still running,
+// keyed by an opaque handle (the lws wsi). Pure bookkeeping, unit-tested.
+// An entry whose end was never reported (a destroy notification missed) expires
+// after max_age_ms, so the count cannot leak and close the listener for good.
+class PendingHandshakes {
+ public:
+  PendingHandshakes(std::size_t limit, std::uint64_t max_age_ms) : limit_(limit), max_age_ms_(max_age_ms) {}
+  void started(const void* key, std::uint64_t now_ms) { started_at_[key] = now_ms; }
+  // True if key was pending (it is not any more).
+  bool finished(const void* key) { return started_at_.erase(key) != 0; }
+  std::size_t expire(std::uint64_t now_ms);   // returns how many expired
+  std::size_t count() const noexcept { return started_at_.size(); }
+  std::size_t limit() const noexcept { return limit_; }
+  bool full() const noexcept { return started_at_.size() >= limit_; }
+
+ private:
+  std::size_t limit_;
+  std::uint64_t max_age_ms_;
+  std::unordered_map<const void*, std::uint64_t> started_at_;
+};
+
 class AdmissionListener {
  public:
-  // Called for each accepted fd; returns false if it could not be adopted (fd closed by callee).
+  // Called for each accepted fd (the callee adopts or closes it).
   using OnAccept = std::function<void(int fd)>;
+  // 0: accept one now. kUntilResumed: wait for resume(). Otherwise: look again
+  // after that many microseconds.
+  using HoldUs = std::function<std::uint64_t()>;
+  static constexpr std::uint64_t kUntilResumed = std::numeric_limits<std::uint64_t>::max();
 
-  AdmissionListener(uv_loop_t* loop, OnAccept on_accept) : loop_(loop), on_accept_(std::move(on_accept)) {}
+  AdmissionListener(uv_loop_t* loop, OnAccept on_accept, HoldUs hold_us = {})
+      : loop_(loop), on_accept_(std::move(on_accept)), hold_us_(std::move(hold_us)) {}
   ~AdmissionListener();
   AdmissionListener(const AdmissionListener&) = delete;
   AdmissionListener& operator=(const AdmissionListener&) = delete;
 
-  // Bind (SO_REUSEADDR + SO_REUSEPORT), listen, start watching.
-  Expected<void> open(const HostPort& where, int backlog = 4096);
+  // Bind (SO_REUSEADDR + SO_REUSEPORT), listen, start watching. The kernel caps
+  // the backlog at net.core.somaxconn (4096 by default on Linux >= 5.4).
+  Expected<void> open(const HostPort& where, int backlog = 65535);
   int port() const noexcept { return port_; }
+  // Start polling again if a hold was waiting for it (cheap; call freely).
+  void resume();
+  bool paused() const noexcept { return paused_; }
   // Stop accepting and close the socket (drain). Idempotent.
   void close();
 
  private:
   static void on_readable(uv_poll_t* handle, int status, int events);
+  void pause(std::uint64_t for_us);
   uv_loop_t* loop_;
   OnAccept on_accept_;
-  uv_poll_t* poll_ = nullptr;   // heap: freed in the uv close callback
+  HoldUs hold_us_;
+  uv_poll_t* poll_ = nullptr;    // heap: freed in the uv close callback
+  uv_timer_t* timer_ = nullptr;  // heap: likewise; re-checks a timed hold
   int fd_ = -1;
   int port_ = 0;
+  bool paused_ = false;
 };
 
 }  // namespace fleetlink::broker

@@ -116,6 +116,9 @@ Broker::Broker(BrokerConfig cfg, uv_loop_t* loop, BrokerMetrics& metrics,
   keepalive_.max_missed = cfg_.max_missed_pongs;
   start_mono_ms_ = uv_now(loop_);
   accept_bucket_ = TokenBucket(cfg_.accept_rate, cfg_.accept_burst, mono_us());
+  // A pending entry outlives lws's own TLS-accept timeout only if its end was missed.
+  pending_handshakes_ = PendingHandshakes(cfg_.max_pending_handshakes,
+                                          (std::uint64_t{cfg_.tls_accept_timeout_s} + 10) * 1000);
   tx_.reserve(LWS_PRE + 1024);
 }
 
@@ -145,6 +148,9 @@ Expected<void> Broker::start() {
   // fragmented at the storm's high-water mark, with room left for the control port.
   info.max_http_header_pool = 256;
   info.max_http_header_data = 2048;
+  // PENDING_TIMEOUT_SSL_ACCEPT (and lws's other protocol-level waits) use this; the
+  // default 5 s killed handshakes that were merely queued behind others in a storm.
+  info.timeout_secs = cfg_.tls_accept_timeout_s;
   context_ = lws_create_context(&info);
   if (!context_) return make_error(Errc::io, "lws_create_context failed (is libwebsockets-evlib-uv installed?)");
 
@@ -168,19 +174,36 @@ Expected<void> Broker::start() {
                                     cfg_.key + " --ca " + cfg_.ca);
   certs_loaded_ = true;
 
-  auto adopt_into = [this](lws_vhost* v) {
-    return [this, v](int fd) {
+  // Admission at accept(): see admission.hpp. TLS rigs take their accept-rate token
+  // here (over the bucket they wait in the backlog, no handshake is spent on a 503);
+  // plain rigs take it at the upgrade, where a 503 with Retry-After is cheap.
+  auto adopt_into = [this](lws_vhost* v, bool tls) {
+    return [this, v, tls](int fd) {
       if (drain_.active) {
         ::close(fd);
         return;
       }
-      if (!lws_adopt_socket_vhost(v, fd)) {
+      if (tls) accept_bucket_.try_take(mono_us());
+      lws* wsi = lws_adopt_socket_vhost(v, fd);
+      if (!wsi) {
         FL_WARN("could not adopt an accepted socket");
         ::close(fd);
+        return;
       }
+      pending_handshakes_.started(wsi, mono_ms());
     };
   };
-  listener_ = std::make_unique<AdmissionListener>(loop_, adopt_into(agent_vhost_));
+  auto hold_for = [this](bool tls) {
+    return [this, tls]() -> std::uint64_t {
+      if (pending_handshakes_.full()) {
+        pending_handshakes_.expire(mono_ms());
+        // Resumed by handshake_finished(); the timed look again only guards a missed end.
+        if (pending_handshakes_.full()) return 100 * 1000;
+      }
+      return tls ? accept_bucket_.wait_us(mono_us()) : 0;
+    };
+  };
+  listener_ = std::make_unique<AdmissionListener>(loop_, adopt_into(agent_vhost_, true), hold_for(true));
   if (auto r = listener_->open(cfg_.listen); !r) return r;
   listen_port_ = listener_->port();
 
@@ -194,7 +217,7 @@ Expected<void> Broker::start() {
     pv.retry_and_idle_policy = &g_no_lws_validity;
     plain_vhost_ = lws_create_vhost(context_, &pv);
     if (!plain_vhost_) return make_error(Errc::io, "cannot create the plain ws vhost");
-    plain_listener_ = std::make_unique<AdmissionListener>(loop_, adopt_into(plain_vhost_));
+    plain_listener_ = std::make_unique<AdmissionListener>(loop_, adopt_into(plain_vhost_, false), hold_for(false));
     if (auto r = plain_listener_->open(cfg_.plain_listen); !r) return r;
     plain_port_ = plain_listener_->port();
     FL_WARN("plain ws listener on %s:%d: rig identities are NOT checked against certificates "
@@ -325,7 +348,11 @@ int Broker::on_callback(lws* wsi, int reason, void* user, void* in, std::size_t 
       // Plain HTTP to the rig port: nothing here but the WebSocket endpoint.
       lws_return_http_status(wsi, HTTP_STATUS_NOT_FOUND, "WebSocket endpoint /agent only");
       return -1;
+    case LWS_CALLBACK_WSI_DESTROY:
+      handshake_finished(wsi);  // a handshake or upgrade that failed or was refused
+      break;
     case LWS_CALLBACK_ESTABLISHED: {
+      handshake_finished(wsi);
       if (!user) return -1;
       // Not lws_get_vhost(wsi) == plain_vhost_: on the upgrade lws 4.1 re-binds the wsi to a vhost
       // chosen by port (seen: the TLS one), so plain rigs failed 4401. The socket itself tells.
@@ -378,6 +405,13 @@ int Broker::on_callback(lws* wsi, int reason, void* user, void* in, std::size_t 
   return lws_callback_http_dummy(wsi, static_cast<lws_callback_reasons>(reason), user, in, len);
 }
 
+void Broker::handshake_finished(lws* wsi) {
+  bool was_full = pending_handshakes_.full();
+  if (!pending_handshakes_.finished(wsi) || !was_full) return;
+  if (listener_) listener_->resume();
+  if (plain_listener_) plain_listener_->resume();
+}
+
 int Broker::on_confirm_upgrade(lws* wsi) {
   char uri[128] = {};
   lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI);
@@ -393,7 +427,8 @@ int Broker::on_confirm_upgrade(lws* wsi) {
       return -1;
     return 1;
   }
-  bool admit = !drain_.active && accept_bucket_.try_take(mono_us());
+  // TLS rigs already took their token at accept() (see start()).
+  bool admit = !drain_.active && (lws_is_ssl(wsi) != 0 || accept_bucket_.try_take(mono_us()));
   if (admit) {
     ++metrics_.connections_accepted;
     return 0;

@@ -75,6 +75,7 @@ class Broker final : public Fleet {
  private:
   int on_callback(lws* wsi, int reason, void* user, void* in, std::size_t len);
   int on_confirm_upgrade(lws* wsi);
+  void handshake_finished(lws* wsi);
   int on_receive(Connection& c, const std::uint8_t* in, std::size_t len);
   void on_frame(Connection& c, std::span<const std::uint8_t> frame);
   void on_hello(Connection& c, msg::Hello hello);
@@ -115,6 +116,7 @@ class Broker final : public Fleet {
   std::unique_ptr<AdmissionListener> listener_;
   std::unique_ptr<AdmissionListener> plain_listener_;
   TokenBucket accept_bucket_;
+  PendingHandshakes pending_handshakes_{256, 40000};
   int listen_port_ = 0;
   int plain_port_ = 0;
   bool certs_loaded_ = false;

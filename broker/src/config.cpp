@@ -92,6 +92,12 @@ ParseOutcome parse_command_line(int argc, char** argv) {
   app.add_option("--accept-burst", cfg.accept_burst)->check(CLI::PositiveNumber);
   app.add_option("--retry-after-min-s", cfg.retry_after_min_s);
   app.add_option("--retry-after-max-s", cfg.retry_after_max_s);
+  app.add_option("--max-pending-handshakes", cfg.max_pending_handshakes,
+                 "accepted sockets whose TLS handshake/upgrade may run at once; the rest wait in the backlog")
+      ->check(CLI::Range(1u, 1000000u));
+  app.add_option("--tls-accept-timeout-s", cfg.tls_accept_timeout_s,
+                 "a TLS handshake (and other lws-level waits) not finished by then is dropped")
+      ->check(CLI::Range(1u, 3600u));
   app.add_option("--rig-rate", cfg.rig_rate, "inbound frames/s per connection")->check(CLI::PositiveNumber);
   app.add_option("--rig-burst", cfg.rig_burst)->check(CLI::PositiveNumber);
   app.add_option("--drain-window-ms", cfg.drain_window_ms);

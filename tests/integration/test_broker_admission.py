@@ -1,6 +1,8 @@
 """Admission control: a burst of 1000 connection attempts is absorbed. Over the
-accept-rate token bucket the upgrade is answered 503 with a jittered Retry-After
-(before any WebSocket exists); every client eventually connects; none is dropped
+accept-rate token bucket a plain ws upgrade is answered 503 with a jittered
+Retry-After (before any WebSocket exists); a TLS connection is not accepted yet
+(it waits in the listen backlog, no handshake is spent on a refusal) and is
+accepted when a token is there. Every client eventually connects; none is dropped
 without a 503; the control port answers throughout."""
 import asyncio
 import re
@@ -88,25 +90,51 @@ class BrokerAdmissionTest(LabTestCase):
         status, text = broker.api("GET", "/metrics")
         self.assertEqual(status, 200)
 
-    def test_tls_upgrade_is_refused_503_over_the_burst(self):
+    def test_tls_over_the_burst_waits_in_the_backlog(self):
+        # 0.5 tokens/s, burst 3: three connect at once, each further one is accepted
+        # about 2 s after the previous; none is refused and none fails.
         broker = self.lab.broker(accept_rate=0.5, accept_burst=3, retry_after_min_s=5, retry_after_max_s=15)
 
         async def go():
             ctx = rc.tls_context(self.lab.certs, "rig-a")
-            ok, refused = [], []
+            ok, took = [], []
             for _ in range(6):
-                try:
-                    ok.append(await rc.connect(broker.url, ctx))
-                except websockets.InvalidStatusCode as e:
-                    self.assertEqual(e.status_code, 503)
-                    retry = int(e.headers["Retry-After"])
-                    self.assertTrue(5 <= retry <= 15, retry)
-                    refused.append(retry)
-            self.assertEqual(len(ok), 3)
-            self.assertEqual(len(refused), 3)
+                t0 = time.monotonic()
+                ok.append(await rc.connect(broker.url, ctx, open_timeout=10))
+                took.append(time.monotonic() - t0)
+            self.assertEqual(len(ok), 6)
+            self.assertTrue(all(t < 1.0 for t in took[:3]), took)
+            self.assertTrue(all(1.2 < t < 4.0 for t in took[3:]), took)
             for ws in ok:
                 await ws.close()
         asyncio.run(go())
+        status, text = broker.api("GET", "/metrics")
+        self.assertEqual(status, 200)
+        refused = [ln for ln in text.splitlines() if ln.startswith("fleetlink_broker_admissions_refused_total")]
+        self.assertTrue(refused and refused[0].split()[-1] in ("0", "0.0"), refused)
+
+    def test_tls_handshakes_in_flight_are_bounded(self):
+        # With room for 2 handshakes, 2 idle TCP connections that never send a
+        # ClientHello hold the listener; a third client waits in the backlog and
+        # is served as soon as one of them goes away.
+        import socket
+        broker = self.lab.broker(max_pending_handshakes=2)
+        port = int(broker.url.split(":")[2].split("/")[0])
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+
+        async def go():
+            ctx = rc.tls_context(self.lab.certs, "rig-a")
+            task = asyncio.ensure_future(rc.connect(broker.url, ctx, open_timeout=10))
+            await asyncio.sleep(1.0)
+            self.assertFalse(task.done(), "served while the handshake slots were full")
+            idle[0].close()
+            ws = await asyncio.wait_for(task, 5)
+            await ws.close()
+        try:
+            asyncio.run(go())
+        finally:
+            for s_ in idle:
+                s_.close()
 
 
 if __name__ == "__main__":
