@@ -1,6 +1,7 @@
 // fleetctl: operator CLI for the fleetlink broker's control API.
 //
 //   fleetctl rigs | rig RIG | send RIG KIND [--lines N] [--arg k=v]... [--wait]
+//            send (--rig-glob G | --label k=v)... KIND [--max-concurrency N] [--max-errors M]
 //            status CMD_ID | cancel CMD_ID | reconnect RIG | drain [--window-ms N] | events | health
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -175,17 +176,98 @@ bool is_final(const std::string& state) {
   return state == "done" || state == "nacked" || state == "lost";
 }
 
-int cmd_send(ControlClient& c, const Globals& g, const std::string& rig, const std::string& kind,
-             int lines, const std::vector<std::string>& arg_list, bool wait, double timeout_s) {
-  json args = json::object();
+// The command's args from --lines and --arg k=v; false (and a message) on a bad --arg.
+bool build_args(int lines, const std::vector<std::string>& arg_list, json& args) {
+  args = json::object();
   if (lines >= 0) args["lines"] = std::to_string(lines);
   for (const std::string& kv : arg_list) {
     const std::size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) {
-      return fail(kUsage, "--arg wants key=value, got '" + kv + "'");
+      fail(kUsage, "--arg wants key=value, got '" + kv + "'");
+      return false;
     }
     args[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
+  return true;
+}
+
+struct FanOut {
+  std::string rig_glob;
+  std::vector<std::string> labels;   // k=v
+  long max_concurrency = -1;
+  long max_errors = -1;
+  bool wanted() const { return !rig_glob.empty() || !labels.empty(); }
+};
+
+void print_batch(const json& batch) {
+  std::printf("%-24s %-38s %-10s %-9s %s\n", "RIG", "CMD_ID", "OUTCOME", "STATE", "ERROR");
+  for (const json& r : batch.value("rigs", json::array())) {
+    std::printf("%-24s %-38s %-10s %-9s %s\n", field_text(r, "rig_id").c_str(),
+                field_text(r, "cmd_id").c_str(), field_text(r, "outcome").c_str(),
+                field_text(r, "state").c_str(), field_text(r, "error").c_str());
+  }
+  std::fflush(stdout);
+}
+
+// fleetctl send --rig-glob G / --label k=v KIND: POST /v1/commands, then
+// (with --wait) poll GET /v1/batches/{id} until no command is in flight.
+int cmd_send_batch(ControlClient& c, const Globals& g, const FanOut& fan, const std::string& kind,
+                   const json& args, bool wait, double timeout_s) {
+  json targets = json::object();
+  if (!fan.rig_glob.empty()) targets["glob"] = fan.rig_glob;
+  if (!fan.labels.empty()) {
+    json labels = json::object();
+    for (const std::string& kv : fan.labels) {
+      const std::size_t eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        return fail(kUsage, "--label wants key=value, got '" + kv + "'");
+      }
+      labels[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    targets["labels"] = labels;
+  }
+  json request{{"kind", kind}, {"args", args}, {"targets", targets}};
+  if (fan.max_concurrency >= 0) request["max_concurrency"] = fan.max_concurrency;
+  if (fan.max_errors >= 0) request["max_errors"] = fan.max_errors;
+  TransportError e;
+  const auto r = c.call("POST", "/v1/commands", request.dump(), e);
+  if (!r) return unreachable(e);
+  if (r->status != 202) return api_error(*r, g);
+  json batch = parse_json(r->body);
+  const std::string batch_id = field_text(batch, "batch_id");
+  if (wait) {
+    std::cerr << "batch " << batch_id << ": " << kind << " to "
+              << batch.value("rigs", json::array()).size() << " rigs\n";
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(timeout_s));
+    while (field_text(batch, "state") == "running") {
+      if (Clock::now() >= deadline) {
+        if (!g.json_output) print_batch(batch);
+        return fail(kTimeout, "timed out after " + std::to_string(timeout_s) +
+                                  "s waiting for batch " + batch_id);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      const auto s = c.call("GET", "/v1/batches/" + c.escape(batch_id), {}, e, 10000);
+      if (!s) return unreachable(e);
+      if (s->status != 200) return api_error(*s, g);
+      batch = parse_json(s->body);
+    }
+  }
+  if (g.json_output) {
+    std::cout << batch.dump() << "\n";
+  } else {
+    if (!wait) std::cout << "batch " << batch_id << "\n";
+    print_batch(batch);
+  }
+  if (!wait) return kOk;
+  const json counts = batch.value("counts", json::object());
+  return counts.value("ok", 0) == counts.value("total", -1) ? kOk : kFailed;
+}
+
+int cmd_send(ControlClient& c, const Globals& g, const std::string& rig, const std::string& kind,
+             int lines, const std::vector<std::string>& arg_list, bool wait, double timeout_s) {
+  json args;
+  if (!build_args(lines, arg_list, args)) return kUsage;
   const json request{{"kind", kind}, {"args", args}};
   TransportError e;
   const auto r = c.call("POST", "/v1/rigs/" + c.escape(rig) + "/commands", request.dump(), e);
@@ -419,8 +501,18 @@ int main(int argc, char** argv) {
   std::vector<std::string> args;
   bool wait = false;
   double timeout_s = 30;
-  send->add_option("RIG", rig_id, "rig id")->required();
-  send->add_option("KIND", kind, "command kind (dmesg, reboot, suite, or a plugin's)")->required();
+  send->add_option("RIG", rig_id, "rig id (left out with --rig-glob/--label)")->required();
+  send->add_option("KIND", kind, "command kind (dmesg, reboot, suite, or a plugin's)");
+  FanOut fan;
+  send->add_option("--rig-glob", fan.rig_glob, "send to every live rig whose id matches (rig-04*)");
+  send->add_option("--label", fan.labels, "send to every live rig with this label k=v (repeatable)")
+      ->allow_extra_args(false);  // one k=v per --label: KIND may follow
+  send->add_option("--max-concurrency", fan.max_concurrency,
+                   "fan-out: commands in flight at once (default: all)")
+      ->check(CLI::NonNegativeNumber);
+  send->add_option("--max-errors", fan.max_errors,
+                   "fan-out: stop sending after more than this many failures")
+      ->check(CLI::NonNegativeNumber);
   send->add_option("--lines", lines, "dmesg: number of lines (args.lines)")->check(CLI::NonNegativeNumber);
   send->add_option("--arg", args, "extra argument key=value (repeatable)");
   send->add_flag("--wait", wait, "wait for the result and print its output");
@@ -469,7 +561,17 @@ int main(int argc, char** argv) {
   ControlClient client(g.control, g.token);
   if (*rigs) return cmd_rigs(client, g, rigs_filter);
   if (*rig) return cmd_rig(client, g, rig_id);
-  if (*send) return cmd_send(client, g, rig_id, kind, lines, args, wait, timeout_s);
+  if (*send) {
+    if (fan.wanted()) {
+      // One positional only: it is the KIND.
+      if (!kind.empty()) return fail(kUsage, "send --rig-glob/--label takes KIND only, not RIG");
+      json cmd_args;
+      if (!build_args(lines, args, cmd_args)) return kUsage;
+      return cmd_send_batch(client, g, fan, rig_id, cmd_args, wait, timeout_s);
+    }
+    if (kind.empty()) return fail(kUsage, "send needs RIG and KIND");
+    return cmd_send(client, g, rig_id, kind, lines, args, wait, timeout_s);
+  }
   if (*status) return cmd_status(client, g, cmd_id);
   if (*cancel) return cmd_cancel(client, g, cmd_id);
   if (*reconnect) return cmd_reconnect(client, g, rig_id);

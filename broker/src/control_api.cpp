@@ -18,6 +18,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "control_batches.hpp"
 #include "control_json.hpp"
 #include "control_routes.hpp"
 #include "http_message.hpp"
@@ -43,6 +44,15 @@ std::set<ControlState*>& live_states() {
   return states;
 }
 
+// Runs the fan-out batches from the loop (never from inside a Fleet event
+// sink, which must not enqueue): the first member, so the timer callback
+// finds its state.
+struct BatchPump {
+  lws_sorted_usec_list_t sul;  // must stay first
+  ControlState* state = nullptr;
+  bool scheduled = false;
+};
+
 // One per control vhost; owned by the vhost (freed at PROTOCOL_DESTROY).
 struct ControlState {
   ControlApiOptions options;  // options.host's buffer is the vhost's iface string
@@ -53,7 +63,56 @@ struct ControlState {
   // Connections that already completed a keep-alive transaction: only their
   // later requests can be pipelined ones (see request_is_pipelined).
   std::unordered_set<lws*> kept_alive;
+  // Fan-out batches. The Fleet is listened to only while one runs (events
+  // cost the data plane something only when somebody listens).
+  lws_context* context = nullptr;
+  BatchTable batches;
+  BatchPump pump;
+  std::vector<std::string> finished_cmds;  // from the sink, for the pump
+  std::uint64_t batch_subscription = 0;
+  bool batch_subscribed = false;
 };
+
+void sync_batch_subscription(ControlState* state);
+
+void run_batch_pump(lws_sorted_usec_list_t* sul) {
+  auto* pump = reinterpret_cast<BatchPump*>(sul);
+  ControlState* state = pump->state;
+  pump->scheduled = false;
+  if (state == nullptr || state->shut_down || state->fleet == nullptr) return;
+  std::vector<std::string> done;
+  done.swap(state->finished_cmds);
+  for (const std::string& cmd_id : done) state->batches.command_finished(*state->fleet, cmd_id);
+  sync_batch_subscription(state);
+}
+
+// Listen to the Fleet while a batch has commands in flight; stop when none.
+void sync_batch_subscription(ControlState* state) {
+  if (state->shut_down || state->fleet == nullptr) return;
+  const bool want = state->batches.running() > 0;
+  if (want && !state->batch_subscribed) {
+    state->batch_subscription = state->fleet->subscribe([state](const FleetEvent& event) {
+      const std::string& t = event.type;
+      if (t != "command_done" && t != "command_nacked" && t != "command_lost") return;
+      state->finished_cmds.push_back(event.cmd_id);
+      if (!state->pump.scheduled && state->context != nullptr) {
+        state->pump.scheduled = true;
+        lws_sul_schedule(state->context, 0, &state->pump.sul, run_batch_pump, 1);
+      }
+    });
+    state->batch_subscribed = true;
+  } else if (!want && state->batch_subscribed) {
+    state->fleet->unsubscribe(state->batch_subscription);
+    state->batch_subscribed = false;
+  }
+}
+
+// Routes a request (the only way a batch starts, so the place to start listening).
+HttpResponse route_request(ControlState* state, const HttpRequest& request) {
+  HttpResponse r = handle_control_request(request, *state->fleet, *state->metrics, state->options);
+  sync_batch_subscription(state);
+  return r;
+}
 
 // One HTTP transaction (one request/response, or one SSE stream).
 struct Transaction {
@@ -283,7 +342,7 @@ int respond(Transaction* tx) {
   } else if (state->shut_down || state->fleet == nullptr) {
     r = json_error(503, "shutting_down", "the broker is shutting down");
   } else {
-    r = handle_control_request(tx->request, *state->fleet, *state->metrics, state->options);
+    r = route_request(state, tx->request);
   }
   if (r.event_stream) return start_event_stream(tx, r);
   if (r.hold) return start_hold(tx, std::move(r));
@@ -382,7 +441,10 @@ int callback_control(lws* wsi, lws_callback_reasons reason, void* user, void* in
       lws_vhost* vh = lws_get_vhost(wsi);
       if (vh != nullptr) {
         auto* state = static_cast<ControlState*>(lws_vhost_user(vh));
-        if (state != nullptr && live_states().erase(state) > 0) delete state;
+        if (state != nullptr && live_states().erase(state) > 0) {
+          lws_sul_cancel(&state->pump.sul);
+          delete state;
+        }
       }
       return 0;
     }
@@ -422,9 +484,7 @@ int callback_control(lws* wsi, lws_callback_reasons reason, void* user, void* in
           return answer_now_and_close(
               wsi, json_error(503, "shutting_down", "the broker is shutting down"));
         }
-        return answer_now_and_close(
-            wsi, handle_control_request(tx->request, *state->fleet, *state->metrics,
-                                        state->options));
+        return answer_now_and_close(wsi, route_request(state, tx->request));
       }
       const long long declared = std::atoll(length.c_str());
       if (declared > kHugeBody || declared < 0) {
@@ -509,8 +569,11 @@ fleetlink::Expected<lws_vhost*> create_control_vhost(lws_context* context,
   auto* state = new (std::nothrow) ControlState();
   if (state == nullptr) return make_error(Errc::io, "out of memory");
   state->options = options;
+  state->options.batches = &state->batches;
   state->fleet = &fleet;
   state->metrics = &metrics;
+  state->context = context;
+  state->pump.state = state;
   live_states().insert(state);
 
   lws_context_creation_info info;
@@ -545,6 +608,10 @@ void shutdown_control_api(lws_vhost* vhost) {
     if (tx->hold) tx->hold_done = true;  // answered with what is known now
     lws_callback_on_writable(tx->wsi);
   }
+  if (state->batch_subscribed) state->fleet->unsubscribe(state->batch_subscription);
+  state->batch_subscribed = false;
+  lws_sul_cancel(&state->pump.sul);
+  state->pump.scheduled = false;
   state->shut_down = true;
   state->fleet = nullptr;
 }

@@ -8,9 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "control_batches.hpp"
 #include "control_json.hpp"
 #include "control_process_stats.hpp"
 #include "dashboard.hpp"
+#include "fleetlink/uuid.hpp"
 #include "http_util.hpp"
 
 namespace fleetlink::broker {
@@ -180,6 +182,121 @@ HttpResponse post_cancel(Fleet& fleet, const std::string& cmd_id) {
   return json_response(202, json{{"cmd_id", cmd_id}, {"cancel_sent", true}});
 }
 
+// Reads an optional non-negative integer field; false (and `error`) if malformed.
+bool optional_count(const json& body, const char* key, std::optional<std::size_t>& out,
+                    HttpResponse& error) {
+  const auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return true;
+  if (!it->is_number_unsigned() || it->get<std::uint64_t>() > 1'000'000) {
+    error = json_error(400, "bad_request",
+                       "\"" + std::string(key) + "\" must be a non-negative integer");
+    return false;
+  }
+  out = static_cast<std::size_t>(it->get<std::uint64_t>());
+  return true;
+}
+
+json batch_json(const Batch& b, const Fleet& fleet) {
+  json counts{{"total", b.rigs.size()}};
+  for (const BatchRigOutcome o :
+       {BatchRigOutcome::pending, BatchRigOutcome::dispatched, BatchRigOutcome::ok,
+        BatchRigOutcome::failed, BatchRigOutcome::refused, BatchRigOutcome::skipped}) {
+    counts[to_string(o)] = std::count_if(b.rigs.begin(), b.rigs.end(),
+                                         [o](const BatchRig& r) { return r.outcome == o; });
+  }
+  json rigs = json::array();
+  for (const BatchRig& r : b.rigs) {
+    json cmd_state = nullptr;
+    if (!r.cmd_id.empty()) {
+      if (const std::optional<CommandView> cmd = fleet.command(r.cmd_id)) {
+        cmd_state = command_state_name(cmd->state);
+      }
+    }
+    rigs.push_back(json{{"rig_id", r.rig_id},
+                        {"outcome", to_string(r.outcome)},
+                        {"cmd_id", r.cmd_id.empty() ? json(nullptr) : json(r.cmd_id)},
+                        {"state", cmd_state},
+                        {"error", r.error.empty() ? json(nullptr) : json(r.error)},
+                        {"detail", r.detail.empty() ? json(nullptr) : json(r.detail)}});
+  }
+  json args = json::object();
+  for (const auto& [k, v] : b.args) args[k] = v;
+  return json{{"batch_id", b.batch_id},
+              {"kind", b.kind},
+              {"args", std::move(args)},
+              {"created_at", iso8601_utc_ms(b.created_at_ms)},
+              {"max_concurrency", b.max_concurrency},
+              {"max_errors", b.max_errors ? json(*b.max_errors) : json(nullptr)},
+              {"state", b.finished() ? (b.stopped ? "stopped" : "done") : "running"},
+              {"errors", b.errors},
+              {"counts", std::move(counts)},
+              {"rigs", std::move(rigs)}};
+}
+
+// POST /v1/commands: one command to every rig the targets select.
+HttpResponse post_batch(const HttpRequest& req, Fleet& fleet, const ControlApiOptions& options,
+                        std::uint64_t now_ms) {
+  if (options.batches == nullptr) {
+    return json_error(503, "unavailable", "batches are not available on this listener");
+  }
+  HttpResponse error;
+  const std::optional<json> body = parse_object_body(req, false, error);
+  if (!body) return error;
+  BatchRequest request;
+  const auto kind_it = body->find("kind");
+  if (kind_it == body->end() || !kind_it->is_string() || kind_it->get<std::string>().empty()) {
+    return json_error(400, "bad_request", "\"kind\" is required and must be a non-empty string");
+  }
+  request.kind = kind_it->get<std::string>();
+  std::string detail;
+  if (const auto a = body->find("args");
+      a != body->end() && !json_to_string_map(*a, request.args, detail)) {
+    return json_error(400, "bad_request", detail);
+  }
+  const auto t = body->find("targets");
+  if (t == body->end() || !t->is_object()) {
+    return json_error(400, "bad_request",
+                      "\"targets\" is required: an object with \"ids\", \"glob\" and/or "
+                      "\"labels\"");
+  }
+  if (const auto ids = t->find("ids"); ids != t->end() && !ids->is_null()) {
+    if (!ids->is_array()) return json_error(400, "bad_request", "\"targets.ids\" must be an array of strings");
+    for (const json& id : *ids) {
+      if (!id.is_string() || id.get<std::string>().empty()) {
+        return json_error(400, "bad_request", "\"targets.ids\" must be an array of strings");
+      }
+      request.targets.ids.push_back(id.get<std::string>());
+    }
+  }
+  if (const auto g = t->find("glob"); g != t->end() && !g->is_null()) {
+    if (!g->is_string()) return json_error(400, "bad_request", "\"targets.glob\" must be a string");
+    request.targets.glob = g->get<std::string>();
+  }
+  if (const auto l = t->find("labels"); l != t->end() &&
+      !json_to_string_map(*l, request.targets.labels, detail)) {
+    return json_error(400, "bad_request", "\"targets.labels\": " + detail);
+  }
+  if (request.targets.empty()) {
+    return json_error(400, "bad_request",
+                      "\"targets\" must give \"ids\", \"glob\" or \"labels\"");
+  }
+  std::optional<std::size_t> concurrency;
+  if (!optional_count(*body, "max_concurrency", concurrency, error) ||
+      !optional_count(*body, "max_errors", request.max_errors, error)) {
+    return error;
+  }
+  request.max_concurrency = concurrency.value_or(0);
+  std::vector<std::string> rigs = BatchTable::select(fleet, request.targets);
+  if (rigs.empty()) {
+    return json_error(422, "no_matching_rigs", "no live rig matches the targets");
+  }
+  const Batch& batch = options.batches->start(fleet, std::move(request), std::move(rigs),
+                                              uuid_v7().to_string(), now_ms);
+  HttpResponse r = json_response(202, batch_json(batch, fleet));
+  r.headers.emplace_back("Location", "/v1/batches/" + batch.batch_id);
+  return r;
+}
+
 HttpResponse post_drain(const HttpRequest& req, const Fleet& fleet,
                         const ControlApiOptions& options) {
   HttpResponse error;
@@ -310,6 +427,20 @@ HttpResponse route(const HttpRequest& req, Fleet& fleet, const BrokerMetrics& me
       return json_response(200, json{{"rig_id", rig_id}, {"closed", true}});
     }
     return not_found(req.path);
+  }
+  if (collection == "commands" && seg.size() == 2) {
+    if (!post) return method_not_allowed("POST");
+    return post_batch(req, fleet, options, now_ms);
+  }
+  if (collection == "batches" && seg.size() == 3) {
+    if (!get) return method_not_allowed("GET");
+    const Batch* batch = options.batches ? options.batches->find(seg[2]) : nullptr;
+    if (batch == nullptr) {
+      return json_response(404, json{{"error", "unknown_batch"},
+                                     {"batch_id", seg[2]},
+                                     {"detail", "no such batch (or expired from the history)"}});
+    }
+    return json_response(200, batch_json(*batch, fleet));
   }
   if (collection == "commands" && seg.size() == 4 && seg[3] == "cancel") {
     if (!post) return method_not_allowed("POST");
