@@ -377,23 +377,16 @@ int answer_now_and_close(lws* wsi, HttpResponse r) {
 //
 // There is no public accessor for a connection's buffer, but
 // lws_service_adjust_timeout() returns 0 while any connection has buffered
-// input it can process, and a flow-controlled connection does not count: so
-// this connection is the buffered one when the answer changes as it is
-// flow-controlled for a moment. When some other connection also has
-// buffered input the answer is unknown, and "pipelined" is the safe guess
-// (the cost is one refused request; the other guess stalls the broker).
+// input it can process (this one, when the request came from its buffer).
+// Only a connection that already completed a request can have one, and when
+// another connection is the cause the guess is still "pipelined": the cost
+// of a wrong guess is one refused (retryable) request; the other way round
+// it is a stalled broker.
 bool request_is_pipelined(lws* wsi) {
   ControlState* state = state_of(wsi);
   // The first request on a connection never comes from that buffer.
   if (state == nullptr || state->kept_alive.count(wsi) == 0) return false;
-  lws_context* context = lws_get_context(wsi);
-  const int tsi = lws_get_tsi(wsi);
-  if (lws_service_adjust_timeout(context, 1, tsi) != 0) return false;  // nobody has buffered input
-  lws_rx_flow_control(wsi, 0);
-  const bool others_idle = lws_service_adjust_timeout(context, 1, tsi) != 0;
-  lws_rx_flow_control(wsi, 1);
-  (void)others_idle;  // buffered input here for certain, or unknown: pipelined either way
-  return true;
+  return lws_service_adjust_timeout(lws_get_context(wsi), 1, lws_get_tsi(wsi)) == 0;
 }
 
 // The answer to a pipelined request with a body: not processed, retry it on
