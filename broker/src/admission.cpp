@@ -70,26 +70,46 @@ Expected<void> AdmissionListener::open(const HostPort& where, int backlog) {
   return {};
 }
 
-void AdmissionListener::pause(std::uint64_t for_us) {
-  if (!poll_) return;
-  if (!paused_) {
+void AdmissionListener::stop_polling() {
+  if (poll_ && !paused_) {
     uv_poll_stop(poll_);
     paused_ = true;
   }
-  if (for_us != kUntilResumed) {
-    std::uint64_t ms = (for_us + 999) / 1000;
-    uv_timer_start(timer_, [](uv_timer_t* t) {
-      if (auto* self = static_cast<AdmissionListener*>(t->data)) self->resume();
-    }, ms == 0 ? 1 : ms, 0);
-  }
 }
 
-void AdmissionListener::resume() {
-  if (!paused_ || !poll_) return;
+void AdmissionListener::start_polling() {
+  if (!poll_ || !paused_ || waiting_.size() >= max_waiting_) return;
   paused_ = false;
-  uv_timer_stop(timer_);
-  // Level-triggered: fires at once if connections wait in the backlog.
+  // Level-triggered: fires at once if connections wait in the kernel's backlog.
   uv_poll_start(poll_, UV_READABLE, &AdmissionListener::on_readable);
+}
+
+void AdmissionListener::look_again_in(std::uint64_t us) {
+  std::uint64_t ms = (us + 999) / 1000;
+  uv_timer_start(timer_, [](uv_timer_t* t) {
+    if (auto* self = static_cast<AdmissionListener*>(t->data)) {
+      self->start_polling();   // after EMFILE
+      self->pump();
+    }
+  }, ms == 0 ? 1 : ms, 0);
+}
+
+void AdmissionListener::resume() { pump(); }
+
+void AdmissionListener::pump() {
+  while (!waiting_.empty()) {
+    if (hold_us_) {
+      std::uint64_t hold = hold_us_();
+      if (hold != 0) {
+        if (hold != kUntilResumed) look_again_in(hold);
+        return;
+      }
+    }
+    int fd = waiting_.front();
+    waiting_.pop_front();
+    on_accept_(fd);
+  }
+  start_polling();
 }
 
 void AdmissionListener::on_readable(uv_poll_t* handle, int status, int /*events*/) {
@@ -97,24 +117,28 @@ void AdmissionListener::on_readable(uv_poll_t* handle, int status, int /*events*
   if (!self || status < 0 || self->fd_ < 0) return;
   // Bounded per wake-up so a storm cannot starve established connections.
   for (int i = 0; i < 64; ++i) {
-    if (self->hold_us_) {
-      std::uint64_t hold = self->hold_us_();
-      if (hold != 0) {
-        self->pause(hold);
-        return;
-      }
+    if (self->waiting_.size() >= self->max_waiting_) {
+      self->stop_polling();   // the kernel's backlog is the waiting room now
+      break;
     }
     int fd = ::accept4(self->fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK)
+      if (errno == EMFILE || errno == ENFILE) {
+        // Out of descriptors: a level-triggered poll would spin; look again later.
+        FL_WARN("accept failed: %s (%zu accepted sockets waiting)", std::strerror(errno), self->waiting_.size());
+        self->stop_polling();
+        self->look_again_in(100 * 1000);
+      } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
         FL_WARN("accept failed: %s", std::strerror(errno));
-      return;
+      }
+      break;
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    self->on_accept_(fd);
+    self->waiting_.push_back(fd);
   }
+  self->pump();
 }
 
 void AdmissionListener::close() {
@@ -126,6 +150,8 @@ void AdmissionListener::close() {
     timer_ = nullptr;
   }
   paused_ = false;
+  for (int fd : waiting_) ::close(fd);
+  waiting_.clear();
   if (poll_) {
     poll_->data = nullptr;
     uv_poll_stop(poll_);

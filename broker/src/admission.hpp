@@ -3,17 +3,22 @@
 // several broker processes can share one port; a uv_poll_t watches it and every
 // accepted socket is handed to libwebsockets (lws_adopt_socket_vhost), TLS included.
 //
-// The listener only accepts while the broker says it has room (hold_us() == 0):
-// while too many accepted sockets have not finished their TLS handshake and
-// WebSocket upgrade, or (TLS listener) while the accept-rate bucket is empty, it
-// stops polling the listening socket and the kernel's backlog is the waiting
-// room. A TLS handshake accepted and then abandoned costs the broker its CPU and
-// the rig a failed attempt plus an exponential backoff; waiting in the backlog
-// costs neither. Plain ws rigs over the bucket are still answered 503 with a
+// A socket is handed over only while the broker says it has room (hold_us() == 0):
+// while too many handed-over sockets have not finished their TLS handshake and
+// WebSocket upgrade, or (TLS listener) while the accept-rate bucket is empty, the
+// accepted sockets wait, first in the listener's own FIFO (up to max_waiting; an
+// accepted socket costs no user-space memory beyond its fd, and its client's
+// ClientHello just sits in the receive buffer), then, with the listener's poll
+// stopped, in the kernel's backlog. The own FIFO matters because the backlog is
+// capped by net.core.somaxconn (4096) and a full backlog drops SYNs, which clients
+// retransmit with an exponential backoff (1, 3, 7, 15 s...). A TLS handshake
+// accepted and then abandoned costs the broker its CPU and the rig a failed
+// attempt plus an exponential backoff; waiting costs neither. Plain ws rigs over the bucket are still answered 503 with a
 // Retry-After at the upgrade (Broker::on_confirm_upgrade), which is cheap there.
 #include <uv.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <string>
@@ -56,8 +61,9 @@ class AdmissionListener {
   using HoldUs = std::function<std::uint64_t()>;
   static constexpr std::uint64_t kUntilResumed = std::numeric_limits<std::uint64_t>::max();
 
-  AdmissionListener(uv_loop_t* loop, OnAccept on_accept, HoldUs hold_us = {})
-      : loop_(loop), on_accept_(std::move(on_accept)), hold_us_(std::move(hold_us)) {}
+  AdmissionListener(uv_loop_t* loop, OnAccept on_accept, HoldUs hold_us = {}, std::size_t max_waiting = 32768)
+      : loop_(loop), on_accept_(std::move(on_accept)), hold_us_(std::move(hold_us)),
+        max_waiting_(max_waiting == 0 ? 1 : max_waiting) {}
   ~AdmissionListener();
   AdmissionListener(const AdmissionListener&) = delete;
   AdmissionListener& operator=(const AdmissionListener&) = delete;
@@ -66,15 +72,19 @@ class AdmissionListener {
   // the backlog at net.core.somaxconn (4096 by default on Linux >= 5.4).
   Expected<void> open(const HostPort& where, int backlog = 65535);
   int port() const noexcept { return port_; }
-  // Start polling again if a hold was waiting for it (cheap; call freely).
+  // Room again (a handshake finished): hand over waiting sockets (cheap; call freely).
   void resume();
   bool paused() const noexcept { return paused_; }
+  std::size_t waiting() const noexcept { return waiting_.size(); }
   // Stop accepting and close the socket (drain). Idempotent.
   void close();
 
  private:
   static void on_readable(uv_poll_t* handle, int status, int events);
-  void pause(std::uint64_t for_us);
+  void pump();
+  void stop_polling();
+  void start_polling();
+  void look_again_in(std::uint64_t us);
   uv_loop_t* loop_;
   OnAccept on_accept_;
   HoldUs hold_us_;
@@ -83,6 +93,8 @@ class AdmissionListener {
   int fd_ = -1;
   int port_ = 0;
   bool paused_ = false;
+  std::size_t max_waiting_;
+  std::deque<int> waiting_;   // accepted, not yet handed over (FIFO)
 };
 
 }  // namespace fleetlink::broker
