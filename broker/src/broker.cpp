@@ -161,8 +161,10 @@ Expected<void> Broker::start() {
   vh.vhost_name = "agents";
   vh.port = CONTEXT_PORT_NO_LISTEN_SERVER;
   vh.protocols = g_agent_protocols;
+  // DISABLE_OS_CA_CERTS: the broker never dials out, so lws need not parse the whole
+  // system CA bundle into the vhost's client SSL_CTX at every start (finding 4).
   vh.options = LWS_SERVER_OPTION_LIBUV | LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT |
-               LWS_SERVER_OPTION_REQUIRE_VALID_OPENSSL_CLIENT_CERT;
+               LWS_SERVER_OPTION_REQUIRE_VALID_OPENSSL_CLIENT_CERT | LWS_SERVER_OPTION_DISABLE_OS_CA_CERTS;
   vh.ssl_cert_filepath = cfg_.cert.c_str();
   vh.ssl_private_key_filepath = cfg_.key.c_str();
   vh.ssl_ca_filepath = cfg_.ca.c_str();
@@ -212,7 +214,7 @@ Expected<void> Broker::start() {
     pv.vhost_name = "agents-plain";
     pv.port = CONTEXT_PORT_NO_LISTEN_SERVER;
     pv.protocols = g_agent_protocols;
-    pv.options = LWS_SERVER_OPTION_LIBUV;
+    pv.options = LWS_SERVER_OPTION_LIBUV | LWS_SERVER_OPTION_DISABLE_OS_CA_CERTS;
     pv.user = this;
     pv.retry_and_idle_policy = &g_no_lws_validity;
     plain_vhost_ = lws_create_vhost(context_, &pv);
