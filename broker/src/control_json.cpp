@@ -220,6 +220,72 @@ json event_json(const FleetEvent& e) {
   return j;
 }
 
+namespace {
+
+bool plain_ascii(std::string_view s) noexcept {
+  for (const char c : s)
+    if (static_cast<unsigned char>(c) >= 0x80) return false;
+  return true;
+}
+
+// A JSON string of ASCII text, escaped as nlohmann::json::dump does.
+void append_json_string(std::string& out, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out += '"';
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (u < 0x20) {
+          out += "\\u00";
+          out += kHex[u >> 4];
+          out += kHex[u & 0xF];
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += '"';
+}
+
+}  // namespace
+
+std::string event_json_text(const FleetEvent& e) {
+  if (!plain_ascii(e.type) || !plain_ascii(e.rig_id) || !plain_ascii(e.cmd_id) || !plain_ascii(e.detail))
+    return dump_json(event_json(e));
+  std::string out;
+  out.reserve(96 + e.type.size() + e.rig_id.size() + e.cmd_id.size() + e.detail.size());
+  out += "{\"type\":";
+  append_json_string(out, e.type);
+  out += ",\"rig_id\":";
+  append_json_string(out, e.rig_id);
+  out += ",\"at\":";
+  if (e.at_ms == 0) {
+    out += "null";
+  } else {
+    out += '"';
+    out += iso8601_utc_ms(e.at_ms);
+    out += '"';
+  }
+  out += ",\"cmd_id\":";
+  if (e.cmd_id.empty()) {
+    out += "null";
+  } else {
+    append_json_string(out, e.cmd_id);
+  }
+  out += ",\"detail\":";
+  append_json_string(out, e.detail);
+  out += '}';
+  return out;
+}
+
 std::string dump_json(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }

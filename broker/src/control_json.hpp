@@ -43,6 +43,11 @@ nlohmann::ordered_json enqueue_failure_json(const EnqueueFailure& failure);
 
 // An SSE/dashboard event.
 nlohmann::ordered_json event_json(const FleetEvent& event);
+// The same event as JSON text, byte for byte what dump_json(event_json(event))
+// gives, written directly (no JSON tree): it is formatted for every ACK and
+// RESULT while someone watches GET /v1/events. Falls back to the tree for text
+// that is not plain ASCII, where dump_json's replacement rules apply.
+std::string event_json_text(const FleetEvent& event);
 
 // Serialises without throwing: invalid UTF-8 anywhere (labels, details) becomes U+FFFD.
 std::string dump_json(const nlohmann::ordered_json& j);
