@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -60,6 +61,12 @@ Expected<void> AdmissionListener::open(const HostPort& where, int backlog) {
   port_ = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
                                    : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
   fd_ = fd;
+  // Accepted-but-waiting sockets hold descriptors: while some wait, leave the last
+  // kFdReserve for lws and the control port (see start_polling()). With nothing
+  // waiting, sockets are served as they come, up to the limit itself.
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY)
+    fd_ceiling_ = nofile.rlim_cur > kFdReserve ? static_cast<int>(nofile.rlim_cur - kFdReserve) : 0;
   poll_ = new uv_poll_t{};
   uv_poll_init_socket(loop_, poll_, fd_);
   poll_->data = this;
@@ -77,8 +84,20 @@ void AdmissionListener::stop_polling() {
   }
 }
 
+bool AdmissionListener::descriptors_tight() const {
+  // The next descriptor an accept would get is the lowest free one: what dup() returns.
+  int probe = ::dup(fd_);
+  if (probe < 0) return true;
+  ::close(probe);
+  return probe >= fd_ceiling_;
+}
+
 void AdmissionListener::start_polling() {
   if (!poll_ || !paused_ || waiting_.size() >= max_waiting_) return;
+  if (!waiting_.empty() && descriptors_tight()) {
+    look_again_in(100 * 1000);
+    return;
+  }
   paused_ = false;
   // Level-triggered: fires at once if connections wait in the kernel's backlog.
   uv_poll_start(poll_, UV_READABLE, &AdmissionListener::on_readable);
@@ -137,6 +156,13 @@ void AdmissionListener::on_readable(uv_poll_t* handle, int status, int /*events*
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     self->waiting_.push_back(fd);
+    if (fd >= self->fd_ceiling_ && self->waiting_.size() > 1) {
+      // Waiting sockets must not eat the last descriptors (rigs being served and
+      // the control port need them): until some are free again (start_polling()).
+      self->stop_polling();
+      self->look_again_in(100 * 1000);
+      break;
+    }
   }
   self->pump();
 }

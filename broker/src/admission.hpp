@@ -15,6 +15,7 @@
 // accepted and then abandoned costs the broker its CPU and the rig a failed
 // attempt plus an exponential backoff; waiting costs neither. Plain ws rigs over the bucket are still answered 503 with a
 // Retry-After at the upgrade (Broker::on_confirm_upgrade), which is cheap there.
+#include <sys/resource.h>
 #include <uv.h>
 
 #include <cstdint>
@@ -85,6 +86,8 @@ class AdmissionListener {
   void stop_polling();
   void start_polling();
   void look_again_in(std::uint64_t us);
+  bool descriptors_tight() const;
+  static constexpr rlim_t kFdReserve = 64;
   uv_loop_t* loop_;
   OnAccept on_accept_;
   HoldUs hold_us_;
@@ -94,6 +97,7 @@ class AdmissionListener {
   int port_ = 0;
   bool paused_ = false;
   std::size_t max_waiting_;
+  int fd_ceiling_ = std::numeric_limits<int>::max();   // RLIMIT_NOFILE minus kFdReserve
   std::deque<int> waiting_;   // accepted, not yet handed over (FIFO)
 };
 
