@@ -78,30 +78,6 @@ std::string to_utf8_lossy(std::string_view bytes) {
   return out;
 }
 
-const char* command_state_name(CommandState s) noexcept {
-  switch (s) {
-    case CommandState::queued: return "queued";
-    case CommandState::sent: return "sent";
-    case CommandState::acked: return "acked";
-    case CommandState::running: return "running";
-    case CommandState::done: return "done";
-    case CommandState::nacked: return "nacked";
-    case CommandState::lost: return "lost";
-  }
-  return "unknown";
-}
-
-const char* enqueue_error_name(EnqueueError e) noexcept {
-  switch (e) {
-    case EnqueueError::unknown_rig: return "unknown_rig";
-    case EnqueueError::rig_unresponsive: return "rig_unresponsive";
-    case EnqueueError::unsupported_kind: return "unsupported_kind";
-    case EnqueueError::draining: return "draining";
-    case EnqueueError::bad_request: return "bad_request";
-  }
-  return "internal_error";
-}
-
 json error_body(std::string_view code, std::string_view detail) {
   return json{{"error", code}, {"detail", detail}};
 }
@@ -151,7 +127,7 @@ json command_json(const CommandView& cmd) {
       {"kind", cmd.kind},
       {"args", cmd.args},
       {"seq", cmd.seq},
-      {"state", command_state_name(cmd.state)},
+      {"state", to_string(cmd.state)},
       {"enqueued_at", time_or_null_if_zero(cmd.enqueued_at_ms)},
       {"sent_at", iso8601_or_null(cmd.sent_at_ms)},
       {"acked_at", iso8601_or_null(cmd.acked_at_ms)},
@@ -198,7 +174,7 @@ int enqueue_failure_status(EnqueueError e) noexcept {
 }
 
 json enqueue_failure_json(const EnqueueFailure& f) {
-  const char* code = enqueue_error_name(f.error);
+  const char* code = to_string(f.error);
   if (f.error == EnqueueError::rig_unresponsive) {
     // The operator contract: exactly these six keys.
     return json{{"error", code},

@@ -20,10 +20,6 @@ nlohmann::ordered_json iso8601_or_null(const std::optional<std::uint64_t>& unix_
 // Bytes -> valid UTF-8: every invalid sequence becomes U+FFFD.
 std::string to_utf8_lossy(std::string_view bytes);
 
-// Wire names, kept here so the JSON does not depend on who implements them elsewhere.
-const char* command_state_name(CommandState s) noexcept;
-const char* enqueue_error_name(EnqueueError e) noexcept;
-
 // {"error":code,"detail":detail}
 nlohmann::ordered_json error_body(std::string_view code, std::string_view detail);
 

@@ -163,7 +163,7 @@ HttpResponse post_cancel(Fleet& fleet, const std::string& cmd_id) {
   if (command_finished(cmd->state)) {
     return json_response(409, json{{"error", "not_running"},
                                    {"cmd_id", cmd_id},
-                                   {"state", command_state_name(cmd->state)},
+                                   {"state", to_string(cmd->state)},
                                    {"detail", "the command has already finished"}});
   }
   if (!fleet.cancel(cmd_id)) {
@@ -209,7 +209,7 @@ json batch_json(const Batch& b, const Fleet& fleet) {
     json cmd_state = nullptr;
     if (!r.cmd_id.empty()) {
       if (const std::optional<CommandView> cmd = fleet.command(r.cmd_id)) {
-        cmd_state = command_state_name(cmd->state);
+        cmd_state = to_string(cmd->state);
       }
     }
     rigs.push_back(json{{"rig_id", r.rig_id},
@@ -490,7 +490,7 @@ HttpResponse held_command_answer(const HeldCommand& hold, const Fleet& fleet) {
   json body{{"cmd_id", hold.cmd_id},
             {"rig_id", hold.rig_id},
             {"seq", hold.seq},
-            {"state", cmd ? command_state_name(cmd->state) : "queued"}};
+            {"state", cmd ? to_string(cmd->state) : "queued"}};
   return json_response(202, body);
 }
 

@@ -30,8 +30,8 @@ TEST_CASE("control json: invalid UTF-8 becomes U+FFFD, valid text is untouched")
 }
 
 TEST_CASE("control json: state names") {
-  CHECK(std::string(command_state_name(CommandState::lost)) == "lost");
-  CHECK(std::string(enqueue_error_name(EnqueueError::rig_unresponsive)) == "rig_unresponsive");
+  CHECK(std::string(to_string(CommandState::lost)) == "lost");
+  CHECK(std::string(to_string(EnqueueError::rig_unresponsive)) == "rig_unresponsive");
   CHECK(enqueue_failure_status(EnqueueError::unknown_rig) == 404);
   CHECK(enqueue_failure_status(EnqueueError::unsupported_kind) == 422);
   CHECK(enqueue_failure_status(EnqueueError::rig_unresponsive) == 503);
