@@ -9,14 +9,6 @@ namespace {
 
 using nlohmann::json;
 
-Outcome failed(std::string detail) {
-  Outcome o;
-  o.status = msg::Status::failed;
-  o.exit_code = -1;
-  o.detail = std::move(detail);
-  return o;
-}
-
 bool could_be_result_line(std::string_view held) {
   if (held.size() < kResultLineMarker.size()) return kResultLineMarker.substr(0, held.size()) == held;
   return held.substr(0, kResultLineMarker.size()) == kResultLineMarker;
@@ -154,7 +146,7 @@ void ExecPlugin::start(const CommandContext& ctx, std::shared_ptr<Reporter> repo
                  auto run = runner.run(s, limits, request,
                                        [&filter](std::string_view b) { filter.feed(b); });
                  if (!run) {
-                   return failed("plugin " + program_ + " could not start: " + run.error().detail);
+                   return start_failure("plugin " + program_ + " could not start: " + run.error().detail);
                  }
                  filter.finish();
                  const std::string what = "plugin " + kind_;

@@ -51,6 +51,14 @@ void OutputCollector::feed(std::string_view bytes) {
   }
 }
 
+Outcome start_failure(std::string detail) {
+  Outcome o;
+  o.status = msg::Status::failed;
+  o.exit_code = -1;
+  o.detail = std::move(detail);
+  return o;
+}
+
 std::string signal_name(int sig) {
   const char* abbrev = ::sigabbrev_np(sig);
   if (abbrev != nullptr) return std::string("SIG") + abbrev;

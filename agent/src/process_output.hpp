@@ -54,6 +54,9 @@ class OutputCollector {
 Outcome outcome_from_run(const RunResult& run, const OutputCollector& output,
                          std::string_view what);
 
+// A run that could not even start (bad arguments, exec failure): failed, exit -1.
+Outcome start_failure(std::string detail);
+
 // "SIGSEGV" for 11, "signal 99" for unknown numbers.
 std::string signal_name(int sig);
 

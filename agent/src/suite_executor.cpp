@@ -7,14 +7,6 @@
 namespace fleetlink::agent {
 namespace {
 
-Outcome failed(std::string detail) {
-  Outcome o;
-  o.status = msg::Status::failed;
-  o.exit_code = -1;
-  o.detail = std::move(detail);
-  return o;
-}
-
 std::string known_ids(const SuiteTable& suites) {
   std::string out;
   std::size_t n = 0;
@@ -37,12 +29,12 @@ SuiteExecutor::SuiteExecutor(SuiteTable suites, std::size_t max_running)
 void SuiteExecutor::start(const CommandContext& ctx, std::shared_ptr<Reporter> reporter) {
   auto arg = ctx.args.find("suite");
   if (arg == ctx.args.end() || arg->second.empty()) {
-    reporter->finish(failed("missing argument \"suite\" (the suite id)"));
+    reporter->finish(start_failure("missing argument \"suite\" (the suite id)"));
     return;
   }
   auto it = suites_.find(arg->second);
   if (it == suites_.end()) {
-    reporter->finish(failed(
+    reporter->finish(start_failure(
         suites_.empty() ? "unknown suite '" + arg->second + "': no suites configured (--suites)"
                         : "unknown suite '" + arg->second + "' (configured: " +
                               known_ids(suites_) + ")"));
@@ -60,7 +52,7 @@ void SuiteExecutor::start(const CommandContext& ctx, std::shared_ptr<Reporter> r
     limits.kill_grace = std::chrono::duration_cast<std::chrono::milliseconds>(spec.kill_grace);
     OutputCollector output(reporter);
     auto run = runner.run(s, limits, {}, [&output](std::string_view b) { output.feed(b); });
-    if (!run) return failed("suite " + spec.id + " could not start: " + run.error().detail);
+    if (!run) return start_failure("suite " + spec.id + " could not start: " + run.error().detail);
     return outcome_from_run(*run, output, "suite " + spec.id);
   });
 }
