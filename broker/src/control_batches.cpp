@@ -21,9 +21,8 @@ const char* to_string(BatchRigOutcome o) noexcept {
 }
 
 bool Batch::finished() const noexcept {
-  return in_flight == 0 &&
-         std::none_of(rigs.begin(), rigs.end(),
-                      [](const BatchRig& r) { return r.outcome == BatchRigOutcome::pending; });
+  // Once stopped, every pending rig was marked skipped.
+  return in_flight == 0 && (stopped || next_pending >= rigs.size());
 }
 
 namespace {
@@ -109,9 +108,10 @@ void BatchTable::note_error(Batch& batch) {
 }
 
 void BatchTable::dispatch(Fleet& fleet, Batch& batch) {
-  for (std::size_t i = 0; i < batch.rigs.size(); ++i) {
+  for (; batch.next_pending < batch.rigs.size(); ++batch.next_pending) {
     if (batch.stopped) return;
     if (batch.max_concurrency != 0 && batch.in_flight >= batch.max_concurrency) return;
+    const std::size_t i = batch.next_pending;
     BatchRig& r = batch.rigs[i];
     if (r.outcome != BatchRigOutcome::pending) continue;
     EnqueueOutcome outcome = fleet.enqueue(r.rig_id, batch.kind, batch.args);

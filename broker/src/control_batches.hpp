@@ -64,6 +64,9 @@ struct Batch {
   std::size_t in_flight = 0;
   std::size_t errors = 0;
   bool stopped = false;          // too many errors: nothing more is sent
+  // Rigs before this index are no longer pending: dispatch only walks forward, so a
+  // fleet-wide batch costs O(1) per finished command, not a scan of every rig.
+  std::size_t next_pending = 0;
 
   bool finished() const noexcept;
 };

@@ -15,7 +15,7 @@ BUILD = os.environ.get("FLEETLINK_BUILD_DIR", os.path.join(SOURCE, "build"))
 
 EXPECTED = {
     "plain": {"density": "bytes_per_connection", "round_trip": "p50_ms", "pipelined": "cmds_per_s",
-              "fanout": "median_s", "storm": "storm_s"},
+              "fanout": "median_s", "fanout_set": "median_s", "storm": "storm_s"},
     "mtls": {"density": "bytes_per_connection", "storm": "storm_s"},
 }
 

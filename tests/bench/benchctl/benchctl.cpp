@@ -97,6 +97,8 @@ class Client {
   // Runs `rigs` as commands with at most `inflight` unacknowledged; true if all completed.
   bool run_batch(const std::vector<unsigned>& rigs, unsigned inflight, std::vector<Cmd>& out,
                  std::int64_t& wall_ns);
+  // One POST /v1/commands to the target set "<rig prefix>*"; true when every rig's ACK is in.
+  bool run_target_set(const std::vector<unsigned>& rigs, std::vector<Cmd>& out, std::int64_t& wall_ns);
   unsigned errors() const { return errors_; }
   std::string first_error() const { return first_error_; }
   std::uint64_t ack_fallbacks() const { return ack_fallbacks_; }
@@ -108,6 +110,8 @@ class Client {
   void send_poll(Conn& c, long idx);
   void on_readable(Conn& c, bool is_sse);
   bool handle_response(Conn& c, int status, std::string_view body);
+  void handle_target_set_response(int status, std::string_view body);
+  std::string rig_name(unsigned rig) const;
   void mark_acked(long idx, std::int64_t t);
   void fail(long idx, const std::string& why);
   void write_out(Conn& c);
@@ -125,6 +129,7 @@ class Client {
   std::vector<Cmd>* cmds_ = nullptr;
   std::unordered_map<std::string, long> by_id_;
   std::unordered_map<std::string, std::int64_t> early_acks_;
+  std::unordered_map<std::string, long> by_rig_;   // target-set mode: rig id -> command
   unsigned in_flight_ = 0;
   unsigned done_ = 0;
   unsigned errors_ = 0;
@@ -270,12 +275,18 @@ void Client::fail(long idx, const std::string& why) {
   ++done_;
 }
 
+constexpr long kTargetSetPost = -2;  // Conn::cmd of the one target-set request
+
 bool acked_state(const std::string& s) { return s == "acked" || s == "running" || s == "done"; }
 
 // True when the connection is free again.
 bool Client::handle_response(Conn& c, int status, std::string_view body) {
   const std::int64_t t = mono_ns();
   const long idx = c.cmd;
+  if (idx == kTargetSetPost) {
+    handle_target_set_response(status, body);
+    return true;
+  }
   Cmd& cmd = (*cmds_)[static_cast<std::size_t>(idx)];
   json j = json::parse(body, nullptr, false);
   if (status < 200 || status >= 300 || j.is_discarded() || !j.is_object()) {
@@ -459,6 +470,83 @@ bool Client::run_batch(const std::vector<unsigned>& rigs, unsigned inflight, std
   return done_ == out.size();
 }
 
+std::string Client::rig_name(unsigned rig) const {
+  char name[96];
+  std::snprintf(name, sizeof name, "%s%0*u", o_.rig_prefix.c_str(), static_cast<int>(o_.index_width),
+                o_.start_index + rig);
+  return name;
+}
+
+// The batch answer lists every selected rig with its cmd_id; ACKs that the event
+// stream delivered before this answer was read wait in early_acks_.
+void Client::handle_target_set_response(int status, std::string_view body) {
+  json j = json::parse(body, nullptr, false);
+  if (status != 202 || j.is_discarded() || !j.contains("rigs") || !j["rigs"].is_array()) {
+    fail(-1, "target-set POST: HTTP " + std::to_string(status) + " " + std::string(body.substr(0, 200)));
+    return;
+  }
+  for (const json& r : j["rigs"]) {
+    if (!r.is_object() || !r["rig_id"].is_string()) continue;
+    const auto rig = by_rig_.find(r["rig_id"].get<std::string>());
+    if (rig == by_rig_.end()) continue;
+    if (!r["cmd_id"].is_string()) {
+      fail(rig->second, "target-set: " + r.value("outcome", std::string("?")) + " for " + rig->first);
+      continue;
+    }
+    const std::string id = r["cmd_id"].get<std::string>();
+    (*cmds_)[static_cast<std::size_t>(rig->second)].cmd_id = id;
+    if (auto it = early_acks_.find(id); it != early_acks_.end()) {
+      mark_acked(rig->second, it->second);
+      early_acks_.erase(it);
+    } else {
+      by_id_[id] = rig->second;
+    }
+  }
+}
+
+bool Client::run_target_set(const std::vector<unsigned>& rigs, std::vector<Cmd>& out, std::int64_t& wall_ns) {
+  out.assign(rigs.size(), Cmd{});
+  cmds_ = &out;
+  by_id_.clear();
+  early_acks_.clear();
+  by_rig_.clear();
+  for (std::size_t k = 0; k < rigs.size(); ++k) {
+    out[k].rig = rigs[k];
+    out[k].state = CmdState::posted;
+    by_rig_[rig_name(rigs[k])] = static_cast<long>(k);
+  }
+  in_flight_ = static_cast<unsigned>(rigs.size());
+  done_ = 0;
+  Conn& c = conns_.front();
+  const std::string body = "{\"kind\":\"" + o_.kind + "\",\"args\":{},\"targets\":{\"glob\":\"" +
+                           o_.rig_prefix + "*\"}}";
+  c.tx = "POST /v1/commands HTTP/1.1\r\nHost: " + o_.control +
+         "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  if (!o_.token.empty()) c.tx += "Authorization: Bearer " + o_.token + "\r\n";
+  c.tx += "\r\n" + body;
+  c.cmd = kTargetSetPost;
+  c.busy = true;
+  const std::int64_t t0 = mono_ns();
+  for (Cmd& cmd : out) cmd.t_send = t0;
+  write_out(c);
+  const std::int64_t deadline = t0 + static_cast<std::int64_t>(o_.timeout_s) * 1'000'000'000LL;
+  std::vector<epoll_event> events(256);
+  while (done_ < out.size() && mono_ns() <= deadline) {
+    const int n = epoll_wait(ep_, events.data(), static_cast<int>(events.size()), 100);
+    for (int k = 0; k < n; ++k) {
+      const std::uint32_t tag = events[static_cast<std::size_t>(k)].data.u32;
+      if (tag == 0xFFFFFFFFU) {
+        if (sse_.fd >= 0) on_readable(sse_, true);
+      } else {
+        on_readable(conns_[tag], false);
+      }
+    }
+    if (sse_.fd < 0) break;
+  }
+  wall_ns = mono_ns() - t0;
+  return done_ == out.size();
+}
+
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -490,7 +578,7 @@ int main(int argc, char** argv) {
   CLI::App app{"fleetlink-benchctl: control-API load client for the benchmarks"};
   app.add_option("--control", o.control, "HOST:PORT of the broker's control API");
   app.add_option("--token", o.token, "bearer token");
-  app.add_option("--mode", o.mode, "rtt | pipeline | fanout");
+  app.add_option("--mode", o.mode, "rtt | pipeline | fanout (a POST per rig) | fanout-set (one target-set POST)");
   app.add_option("--ack-via", o.ack_via, "sse | wait | poll");
   app.add_option("--rig-prefix", o.rig_prefix);
   app.add_option("--index-width", o.index_width);
@@ -542,6 +630,22 @@ int main(int argc, char** argv) {
     result["cmds_per_s"] = secs > 0 ? static_cast<double>(result["counted"].get<std::size_t>()) / secs : 0.0;
     result["sent"] = rigs.size();
     result["inflight"] = o.inflight;
+  } else if (o.mode == "fanout-set") {
+    if (o.ack_via != "sse") {
+      std::fprintf(stderr, "benchctl: --mode fanout-set needs --ack-via sse\n");
+      return 2;
+    }
+    std::vector<unsigned> rigs(o.rig_count);
+    for (unsigned k = 0; k < o.rig_count; ++k) rigs[k] = k;
+    std::vector<double> rounds;
+    for (unsigned r = 0; r < o.repeat && ok; ++r) {
+      ok = client.run_target_set(rigs, cmds, wall);
+      rounds.push_back(static_cast<double>(wall) / 1e9);
+    }
+    result["rounds_s"] = rounds;
+    std::vector<double> sorted = rounds;
+    std::sort(sorted.begin(), sorted.end());
+    result["median_s"] = sorted.empty() ? 0.0 : sorted[sorted.size() / 2];
   } else if (o.mode == "fanout") {
     std::vector<unsigned> rigs(o.rig_count);
     for (unsigned k = 0; k < o.rig_count; ++k) rigs[k] = k;
