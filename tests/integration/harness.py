@@ -46,6 +46,15 @@ def free_port(host="127.0.0.1"):
         return s.getsockname()[1]
 
 
+def rss_kb(pid):
+    """Resident memory of a process in KiB (VmRSS)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
 def wait_for(predicate, timeout=10.0, interval=0.02, what="condition"):
     """Poll predicate until it returns a truthy value; return that value."""
     deadline = time.monotonic() + timeout

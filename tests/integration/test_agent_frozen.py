@@ -6,15 +6,8 @@ import signal
 import time
 import unittest
 
-from harness import LabTestCase, wait_for
+from harness import LabTestCase, rss_kb, wait_for
 
-
-def rss_kb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 class FrozenAgentTest(LabTestCase):

@@ -9,17 +9,10 @@ import time
 import unittest
 
 import broker_rawclient as rc
-from harness import LabTestCase, wait_for
+from harness import LabTestCase, rss_kb, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-
-def rss_kb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 class BrokerDeliveryTest(LabTestCase):

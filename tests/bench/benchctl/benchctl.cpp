@@ -116,6 +116,7 @@ class Client {
   void fail(long idx, const std::string& why);
   void write_out(Conn& c);
   void parse_sse();
+  void pump(std::vector<epoll_event>& events);
 
   Options o_;
   AckVia via_ = AckVia::sse;
@@ -435,6 +436,19 @@ void Client::parse_sse() {
   sse_body_.erase(0, start);
 }
 
+// One epoll wait (at most 100 ms) and the reads it reports.
+void Client::pump(std::vector<epoll_event>& events) {
+  const int n = epoll_wait(ep_, events.data(), static_cast<int>(events.size()), 100);
+  for (int k = 0; k < n; ++k) {
+    const std::uint32_t tag = events[static_cast<std::size_t>(k)].data.u32;
+    if (tag == 0xFFFFFFFFU) {
+      if (sse_.fd >= 0) on_readable(sse_, true);
+    } else {
+      on_readable(conns_[tag], false);
+    }
+  }
+}
+
 bool Client::run_batch(const std::vector<unsigned>& rigs, unsigned inflight, std::vector<Cmd>& out,
                        std::int64_t& wall_ns) {
   out.assign(rigs.size(), Cmd{});
@@ -455,15 +469,7 @@ bool Client::run_batch(const std::vector<unsigned>& rigs, unsigned inflight, std
       send_post(c, static_cast<long>(next++));
     }
     if (mono_ns() > deadline) break;
-    const int n = epoll_wait(ep_, events.data(), static_cast<int>(events.size()), 100);
-    for (int k = 0; k < n; ++k) {
-      const std::uint32_t tag = events[static_cast<std::size_t>(k)].data.u32;
-      if (tag == 0xFFFFFFFFU) {
-        if (sse_.fd >= 0) on_readable(sse_, true);
-      } else {
-        on_readable(conns_[tag], false);
-      }
-    }
+    pump(events);
     if (via_ == AckVia::sse && sse_.fd < 0 && in_flight_ > 0) break;
   }
   wall_ns = mono_ns() - t0;
@@ -532,15 +538,7 @@ bool Client::run_target_set(const std::vector<unsigned>& rigs, std::vector<Cmd>&
   const std::int64_t deadline = t0 + static_cast<std::int64_t>(o_.timeout_s) * 1'000'000'000LL;
   std::vector<epoll_event> events(256);
   while (done_ < out.size() && mono_ns() <= deadline) {
-    const int n = epoll_wait(ep_, events.data(), static_cast<int>(events.size()), 100);
-    for (int k = 0; k < n; ++k) {
-      const std::uint32_t tag = events[static_cast<std::size_t>(k)].data.u32;
-      if (tag == 0xFFFFFFFFU) {
-        if (sse_.fd >= 0) on_readable(sse_, true);
-      } else {
-        on_readable(conns_[tag], false);
-      }
-    }
+    pump(events);
     if (sse_.fd < 0) break;
   }
   wall_ns = mono_ns() - t0;
