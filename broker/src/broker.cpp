@@ -666,7 +666,7 @@ void Broker::on_nack(Connection& c, const msg::Nack& nack) {
   ++metrics_.commands_nacked;
   std::uint64_t now = wall_ms();
   if (CommandView* v = commands_.find(entry->cmd_id)) {
-    v->state = CommandState::nacked;
+    commands_.finish(*v, CommandState::nacked);
     v->nack = nack;
     v->finished_at_ms = now;
   }
@@ -699,7 +699,7 @@ void Broker::on_result(Connection& c, msg::Result result) {
             static_cast<unsigned long long>(result.dropped_bytes - lost));
   // A result whose ACK was never seen settles the command too.
   if (v->state == CommandState::queued || v->state == CommandState::sent) c.outbox.settle_cmd(v->cmd_id);
-  v->state = CommandState::done;
+  commands_.finish(*v, CommandState::done);
   v->finished_at_ms = wall_ms();
   if (!v->acked_at_ms) v->acked_at_ms = v->finished_at_ms;
   std::string status = fleetlink::to_string(result.status);
@@ -836,7 +836,7 @@ void Broker::unregister(Connection& c, const std::string& why) {
     for (auto& e : c.outbox.take_all()) {
       ++metrics_.commands_lost;
       if (CommandView* v = commands_.find(e.cmd_id)) {
-        v->state = CommandState::lost;
+        commands_.finish(*v, CommandState::lost);
         v->finished_at_ms = now;
       }
       FL_WARN("command lost rig=%s seq=%llu cmd=%s (connection ended before its ACK)", c.rig_id.c_str(),
@@ -1011,8 +1011,30 @@ EnqueueOutcome Broker::enqueue(std::string_view rig_id, std::string kind, String
   commands_.insert(std::move(v));
   ++metrics_.commands_enqueued;
   metrics_.outbox_depth.observe(static_cast<double>(c.outbox.size()));
-  lws_callback_on_writable(c.wsi);
+  send_now_or_when_writable(c);
   return EnqueueOk{std::move(cmd_id), c.rig_id, seq};
+}
+
+void Broker::send_now_or_when_writable(Connection& c) {
+  // The single writer is the writeable callback; a command that finds nothing
+  // else waiting for it (no ping, WELCOME, CANCEL or older command, nothing lws
+  // still holds from a partial write) is written at once instead: one send()
+  // where arming POLLOUT would cost two epoll_ctl() and a turn of the loop. The
+  // order on the wire is the same, and lws keeps what the socket does not take
+  // and flushes it before our next writeable callback.
+  const bool only_this = c.phase == ConnPhase::live && c.outbox.unsent() == 1 && !c.want_ping &&
+                         !c.want_welcome && !c.has_cancels && !c.want_goaway;
+  if (!only_this || lws_partial_buffered(c.wsi)) {
+    lws_callback_on_writable(c.wsi);
+    return;
+  }
+  ++metrics_.direct_writes;
+  if (on_writeable(c) < 0) {
+    // Not inside this connection's callback: it cannot return -1, so lws is
+    // asked to drop it (its commands become lost, as for any broken connection).
+    FL_WARN("rig=%s write failed: closing", c.rig_id.c_str());
+    lws_set_timeout(c.wsi, PENDING_TIMEOUT_KILLED_BY_PARENT, LWS_TO_KILL_ASYNC);
+  }
 }
 
 RigView Broker::view_of(const Connection& c) const {

@@ -83,6 +83,7 @@ class Broker final : public Fleet {
   void on_nack(Connection& c, const msg::Nack& nack);
   void on_result(Connection& c, msg::Result result);
   void on_output(Connection& c, const msg::OutputChunk& chunk);
+  void send_now_or_when_writable(Connection& c);
   int on_writeable(Connection& c);
   void on_closed(Connection& c);
 

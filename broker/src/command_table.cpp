@@ -36,12 +36,19 @@ std::uint64_t reconcile_result(const CommandView& v, msg::Result& r) {
   return lost;
 }
 
-CommandView& CommandTable::insert(CommandView view) {
+void CommandTable::insert(CommandView view) {
   std::string id = view.cmd_id;
-  auto [it, inserted] = by_id_.insert_or_assign(id, std::move(view));
-  if (inserted) order_.push_back(std::move(id));
+  const bool done = finished(view.state);
+  by_id_.insert_or_assign(id, std::move(view));
+  if (done) finished_.push_back(std::move(id));
   evict();
-  return it->second;
+}
+
+void CommandTable::finish(CommandView& v, CommandState final_state) {
+  const bool was_finished = finished(v.state);
+  v.state = final_state;
+  // No eviction here: the caller still holds v. The next insert() evicts.
+  if (!was_finished) finished_.push_back(v.cmd_id);
 }
 
 CommandView* CommandTable::find(std::string_view cmd_id) {
@@ -57,28 +64,27 @@ const CommandView* CommandTable::find(std::string_view cmd_id) const {
 void CommandTable::erase(std::string_view cmd_id) { by_id_.erase(std::string(cmd_id)); }
 
 void CommandTable::evict() {
-  // The order queue may hold ids already erased; they are skipped here.
-  std::size_t scanned = 0;
-  while (by_id_.size() > capacity_ && scanned < order_.size()) {
-    auto it = by_id_.find(order_[scanned]);
-    if (it == by_id_.end()) {
-      order_.erase(order_.begin() + static_cast<std::ptrdiff_t>(scanned));
-      continue;
-    }
-    if (finished(it->second.state)) {
-      by_id_.erase(it);
-      order_.erase(order_.begin() + static_cast<std::ptrdiff_t>(scanned));
-      continue;
-    }
-    ++scanned;
+  // finished_ may name commands already erased or re-inserted in flight: skipped.
+  while (by_id_.size() > capacity_ && !finished_.empty()) {
+    auto it = by_id_.find(finished_.front());
+    if (it != by_id_.end() && finished(it->second.state)) by_id_.erase(it);
+    finished_.pop_front();
   }
-  // Commands in flight are never evicted, but a table twice its size means
-  // something else is wrong: drop the oldest whatever its state.
-  while (by_id_.size() > 2 * capacity_ && !order_.empty()) {
-    by_id_.erase(order_.front());
-    order_.pop_front();
+  // Commands in flight are never evicted: their number is bounded by the rigs'
+  // outboxes, and a fleet-wide fan-out legitimately holds one per rig.
+  compact_finished();
+}
+
+void CommandTable::compact_finished() {
+  // finished_ keeps ids of commands evicted another way (erase, re-insert) until
+  // they reach the front; rebuild it when it outgrows the table (amortised O(1)).
+  if (finished_.size() <= 2 * capacity_ + 64) return;
+  std::deque<std::string> kept;
+  for (std::string& id : finished_) {
+    auto it = by_id_.find(id);
+    if (it != by_id_.end() && finished(it->second.state)) kept.push_back(std::move(id));
   }
-  while (order_.size() > 2 * capacity_ + 16 && !by_id_.count(order_.front())) order_.pop_front();
+  finished_.swap(kept);
 }
 
 }  // namespace fleetlink::broker

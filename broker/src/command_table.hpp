@@ -1,8 +1,11 @@
 #pragma once
 // Every command this broker has seen, by cmd_id, for GET /v1/commands/{id}.
-// Bounded: past `capacity` the oldest *finished* command (done, nacked, lost)
+// Bounded: past `capacity` the command that finished (done, nacked, lost) first
 // is evicted; commands still in flight are kept (their number is bounded by the
-// outboxes). Pure logic, no sockets.
+// outboxes). A command reaches its final state through finish(), which queues it
+// for eviction: the table never scans its commands in flight, so a fan-out with
+// more commands in flight than `capacity` costs O(1) per command. Pure logic, no
+// sockets.
 #include <cstdint>
 #include <deque>
 #include <string>
@@ -33,7 +36,10 @@ class CommandTable {
  public:
   explicit CommandTable(std::size_t capacity) : capacity_(capacity) {}
 
-  CommandView& insert(CommandView view);
+  // May evict at once a command inserted already finished.
+  void insert(CommandView view);
+  // Puts v (a command of this table) in its final state and makes it evictable.
+  void finish(CommandView& v, CommandState final_state);
   CommandView* find(std::string_view cmd_id);
   const CommandView* find(std::string_view cmd_id) const;
   // Remove a command that never made it into an outbox.
@@ -48,9 +54,10 @@ class CommandTable {
 
  private:
   void evict();
+  void compact_finished();
   std::size_t capacity_;
   std::unordered_map<std::string, CommandView> by_id_;
-  std::deque<std::string> order_;   // insertion order, for eviction
+  std::deque<std::string> finished_;  // finish order: what evict() removes first
 };
 
 }  // namespace fleetlink::broker

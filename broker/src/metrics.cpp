@@ -178,6 +178,8 @@ std::string BrokerMetrics::render_prometheus(
            "Commands whose connection ended before an ACK (not retransmitted).", commands_lost);
   w.simple("frames_in_total", "counter", "WebSocket frames received from rigs.", frames_in);
   w.simple("frames_out_total", "counter", "WebSocket frames sent to rigs.", frames_out);
+  w.simple("commands_written_directly_total", "counter",
+           "Commands written to the rig at once, without waiting for a writeable callback.", direct_writes);
   w.simple("frames_rejected_total", "counter",
            "Inbound frames rejected (malformed, oversized, over the rate limit).",
            frames_rejected);

@@ -42,6 +42,7 @@ struct BrokerMetrics {
   std::uint64_t commands_lost = 0;                   // connection ended before ACK
   std::uint64_t frames_in = 0;
   std::uint64_t frames_out = 0;
+  std::uint64_t direct_writes = 0;   // commands written at once, not from a writeable callback
   std::uint64_t frames_rejected = 0;                 // malformed, oversized, rate-limited
   std::uint64_t unknown_types_ignored = 0;           // lenient mode
   std::uint64_t pings_sent = 0;

@@ -1,5 +1,8 @@
 #include <doctest/doctest.h>
 
+#include <string>
+#include <vector>
+
 #include "command_table.hpp"
 #include "outbox.hpp"
 
@@ -88,4 +91,52 @@ TEST_CASE("command table: bounded, evicts oldest finished, keeps in-flight") {
   CHECK(t.find("inflight"));
   CHECK_FALSE(t.find("done1"));
   CHECK(t.find("done3"));
+}
+
+TEST_CASE("command table: evicts in finish order, never a command in flight") {
+  CommandTable t(2);
+  auto add = [&](const std::string& id) {
+    CommandView v;
+    v.cmd_id = id;
+    v.state = CommandState::sent;
+    t.insert(v);
+  };
+  add("a");
+  add("b");
+  add("c");
+  add("d");
+  CHECK(t.size() == 4);  // all in flight: over capacity, nothing evictable
+  t.finish(*t.find("c"), CommandState::done);
+  t.finish(*t.find("a"), CommandState::lost);
+  CHECK(t.find("c")->state == CommandState::done);  // finish never evicts
+  add("e");  // 5 > 2: c then a go (finish order); b, d, e are in flight
+  CHECK_FALSE(t.find("c"));
+  CHECK_FALSE(t.find("a"));
+  CHECK(t.find("b"));
+  CHECK(t.find("d"));
+  CHECK(t.find("e"));
+}
+
+TEST_CASE("command table: a fleet-wide fan-out stays linear and bounded") {
+  // More commands in flight than the capacity, then all finish: the table shrinks
+  // back to its capacity and its bookkeeping queues stay bounded.
+  constexpr std::size_t kCap = 100;
+  CommandTable t(kCap);
+  for (int round = 0; round < 5; ++round) {
+    std::vector<std::string> ids;
+    for (int i = 0; i < 5000; ++i) {
+      CommandView v;
+      v.cmd_id = "r" + std::to_string(round) + "-" + std::to_string(i);
+      v.state = CommandState::sent;
+      ids.push_back(v.cmd_id);
+      t.insert(v);
+    }
+    CHECK(t.size() >= 5000);
+    for (const std::string& id : ids) t.finish(*t.find(id), CommandState::done);
+  }
+  CommandView last;
+  last.cmd_id = "last";
+  t.insert(last);
+  CHECK(t.size() == kCap);
+  CHECK(t.find("last"));
 }
