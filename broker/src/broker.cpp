@@ -453,26 +453,25 @@ int Broker::on_receive(Connection& c, const std::uint8_t* in, std::size_t len) {
   if (c.phase == ConnPhase::closing) return 0;  // already leaving; ignore input
   std::size_t remaining = lws_remaining_packet_payload(c.wsi);
   bool final = lws_is_final_fragment(c.wsi) != 0;
-  if (!c.assembling && final) {
+  if (!c.partial_frame && final) {
     on_frame(c, {in, len});  // the common case: the whole frame in one piece, no copy
     return 0;
   }
-  auto& buf = partial_frames_[&c];
+  if (!c.partial_frame) {
+    c.partial_frame = std::make_unique<std::vector<std::uint8_t>>();
+    c.partial_frame->reserve(std::min<std::size_t>(len + remaining, cfg_.max_frame_bytes));
+  }
+  std::vector<std::uint8_t>& buf = *c.partial_frame;
   if (buf.size() + len + remaining > cfg_.max_frame_bytes) {
     ++metrics_.frames_rejected;
-    partial_frames_.erase(&c);
-    c.assembling = false;
+    c.partial_frame.reset();
     request_close(c, CloseCode::message_too_big, "frame over " + std::to_string(cfg_.max_frame_bytes) + " bytes");
     return 0;
   }
-  if (!c.assembling) buf.reserve(std::min<std::size_t>(len + remaining, cfg_.max_frame_bytes));
-  c.assembling = true;
   buf.insert(buf.end(), in, in + len);
   if (final) {
-    std::vector<std::uint8_t> frame = std::move(buf);
-    partial_frames_.erase(&c);
-    c.assembling = false;
-    on_frame(c, frame);
+    const std::unique_ptr<std::vector<std::uint8_t>> frame = std::move(c.partial_frame);
+    on_frame(c, *frame);
   }
   // A close requested above goes the same polite way as any other (see
   // request_close): returning -1 here would kill the socket at once, and a peer
@@ -622,7 +621,11 @@ void Broker::on_hello(Connection& c, msg::Hello hello) {
   auto kinds = kind_sets_.try_emplace(std::move(hello.kinds), 0).first;
   ++kinds->second;
   c.kinds = &kinds->first;
-  c.labels.assign(std::make_move_iterator(hello.labels.begin()), std::make_move_iterator(hello.labels.end()));
+  auto labels = label_sets_.try_emplace(Fleet::LabelList(std::make_move_iterator(hello.labels.begin()),
+                                                        std::make_move_iterator(hello.labels.end())),
+                                        0).first;
+  ++labels->second;
+  c.labels = &labels->first;
   c.phase = ConnPhase::live;
   c.registered = true;
   rigs_.erase(std::string_view(c.rig_id));
@@ -851,7 +854,6 @@ void Broker::on_closed(Connection& c) {
   // 1006 (abnormal, RFC 6455) when the socket simply went away.
   if (c.phase != ConnPhase::closing) ++metrics_.closes[c.peer_close_code ? c.peer_close_code : 1006];
   unregister(c, "connection closed");
-  if (c.assembling) partial_frames_.erase(&c);
   if (c.has_cancels) pending_cancels_.erase(&c);
   if (c.rx_paused) std::erase(paused_, &c);
   release_interned(c);
@@ -876,6 +878,11 @@ void Broker::release_interned(Connection& c) {
     auto it = kind_sets_.find(*c.kinds);
     if (it != kind_sets_.end() && --it->second == 0) kind_sets_.erase(it);
     c.kinds = nullptr;
+  }
+  if (c.labels) {
+    auto it = label_sets_.find(*c.labels);
+    if (it != label_sets_.end() && --it->second == 0) label_sets_.erase(it);
+    c.labels = nullptr;
   }
 }
 
@@ -1043,7 +1050,7 @@ RigView Broker::view_of(const Connection& c) const {
   r.state = drain_.active ? "draining" : c.keepalive.missed > 0 ? "unresponsive" : "connected";
   r.boot_id = c.boot_id.to_string();
   if (c.agent_version) r.agent_version = *c.agent_version;
-  r.labels = StringMap(c.labels.begin(), c.labels.end());
+  if (c.labels) r.labels = StringMap(c.labels->begin(), c.labels->end());
   if (c.kinds) r.kinds = *c.kinds;
   r.peer = peer_of(c.wsi);
   r.connected_at_ms = c.connected_at_ms;
@@ -1075,10 +1082,22 @@ std::vector<RigView> Broker::rigs() const {
   return out;
 }
 
+void Broker::visit_rig_labels(const RigLabelsVisitor& visit) const {
+  static const LabelList kNoLabels;
+  for (const auto& [id, c] : rigs_) visit(id, c->labels ? *c->labels : kNoLabels);
+}
+
 std::optional<RigView> Broker::rig(std::string_view rig_id) const {
   auto it = rigs_.find(rig_id);
   if (it == rigs_.end()) return std::nullopt;
   return view_of(*it->second);
+}
+
+bool Broker::read_command(std::string_view cmd_id,
+                          const std::function<void(const CommandView&)>& read) const {
+  const CommandView* v = commands_.find(cmd_id);
+  if (v) read(*v);
+  return v != nullptr;
 }
 
 std::optional<CommandView> Broker::command(std::string_view cmd_id) const {

@@ -56,8 +56,11 @@ class Broker final : public Fleet {
   // Fleet
   EnqueueOutcome enqueue(std::string_view rig_id, std::string kind, StringMap args) override;
   std::vector<RigView> rigs() const override;
+  void visit_rig_labels(const RigLabelsVisitor& visit) const override;
   std::optional<RigView> rig(std::string_view rig_id) const override;
   std::optional<CommandView> command(std::string_view cmd_id) const override;
+  bool read_command(std::string_view cmd_id,
+                    const std::function<void(const CommandView&)>& read) const override;
   bool force_reconnect(std::string_view rig_id) override;
   void start_drain(std::chrono::milliseconds window) override;
   bool draining() const override { return drain_.active; }
@@ -137,17 +140,17 @@ class Broker final : public Fleet {
   std::size_t connection_count_ = 0;
   // Registered rigs; the key views the Connection's own rig_id (erased before it goes).
   std::unordered_map<std::string_view, Connection*> rigs_;
-  // Interned agent versions and kind lists, reference-counted so a rig that
+  // Interned agent versions, kind lists and label sets, reference-counted so a rig that
   // reconnects with ever new values cannot grow them without bound.
   std::map<std::string, std::uint32_t> versions_;
   std::map<std::vector<std::string>, std::uint32_t> kind_sets_;
+  std::map<Fleet::LabelList, std::uint32_t> label_sets_;
   void release_interned(Connection& c);
   CommandTable commands_;
   DrainPlan drain_;
   std::mt19937_64 rng_;
   std::vector<std::uint8_t> tx_;   // LWS_PRE + frame, reused for every write
   // Rare, so kept here rather than in every connection (per-rig memory).
-  std::unordered_map<Connection*, std::vector<std::uint8_t>> partial_frames_;
   std::unordered_map<Connection*, std::vector<std::string>> pending_cancels_;
   std::map<std::uint64_t, EventSink> sinks_;
   std::uint64_t next_sink_id_ = 1;

@@ -52,16 +52,18 @@ void CommandTable::finish(CommandView& v, CommandState final_state) {
 }
 
 CommandView* CommandTable::find(std::string_view cmd_id) {
-  auto it = by_id_.find(std::string(cmd_id));
+  auto it = by_id_.find(cmd_id);
   return it == by_id_.end() ? nullptr : &it->second;
 }
 
 const CommandView* CommandTable::find(std::string_view cmd_id) const {
-  auto it = by_id_.find(std::string(cmd_id));
+  auto it = by_id_.find(cmd_id);
   return it == by_id_.end() ? nullptr : &it->second;
 }
 
-void CommandTable::erase(std::string_view cmd_id) { by_id_.erase(std::string(cmd_id)); }
+void CommandTable::erase(std::string_view cmd_id) {
+  if (auto it = by_id_.find(cmd_id); it != by_id_.end()) by_id_.erase(it);
+}
 
 void CommandTable::evict() {
   // finished_ may name commands already erased or re-inserted in flight: skipped.

@@ -8,6 +8,7 @@
 // sockets.
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -31,6 +32,13 @@ std::uint64_t account_output(CommandView& v, const msg::OutputChunk& chunk);
 // does); returns the bytes added. Never more than were really lost: the rig's count
 // includes every gap it made.
 std::uint64_t reconcile_result(const CommandView& v, msg::Result& r);
+
+// Lets the table be searched with a string_view (a cmd_id straight from a
+// decoded frame or a URL) without building a std::string for every lookup.
+struct TransparentStringHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
 
 class CommandTable {
  public:
@@ -56,7 +64,7 @@ class CommandTable {
   void evict();
   void compact_finished();
   std::size_t capacity_;
-  std::unordered_map<std::string, CommandView> by_id_;
+  std::unordered_map<std::string, CommandView, TransparentStringHash, std::equal_to<>> by_id_;
   std::deque<std::string> finished_;  // finish order: what evict() removes first
 };
 

@@ -4,6 +4,7 @@
 // rig costs lws's own ~1.1 KB plus this struct and its few small strings:
 // no per-connection map, no buffers until a command or a fragmented frame needs one.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,10 +35,13 @@ struct Connection {
 
   std::string rig_id;                // short ids fit the string's inline buffer
   Uuid boot_id;                      // binary (byte order = text order = time order)
-  // Interned by the broker: a fleet shares a handful of versions and kind sets.
+  // Interned by the broker: a fleet shares a handful of versions, kind sets and label sets.
   const std::string* agent_version = nullptr;
   const std::vector<std::string>* kinds = nullptr;
-  std::vector<std::pair<std::string, std::string>> labels;  // smaller than a map, sorted
+  const std::vector<std::pair<std::string, std::string>>* labels = nullptr;  // sorted by key
+  // A frame that lws hands over in pieces (larger than the receive buffer) is
+  // assembled here; null between frames.
+  std::unique_ptr<std::vector<std::uint8_t>> partial_frame;
 
   Outbox outbox;
   KeepaliveState keepalive;
@@ -55,7 +59,6 @@ struct Connection {
   bool want_ping = false;
   bool want_welcome = false;
   bool want_goaway = false;
-  bool assembling = false;           // a partial frame waits in Broker::partial_frames_
   bool has_cancels = false;          // CANCELs wait in Broker::pending_cancels_
   bool rx_paused = false;            // reading stopped by the inbound rate limit
 };

@@ -28,7 +28,10 @@
 namespace fleetlink::broker {
 namespace {
 
-constexpr std::size_t kWriteChunk = 64 * 1024;             // bytes per writeable callback
+// Bytes per writeable callback of an event stream. One turn of the loop can read
+// ~1000 rigs' ACKs and RESULTs (two events each, ~200 B): the stream must drain
+// faster than that or a busy fan-out overflows its queue.
+constexpr std::size_t kWriteChunk = 1024 * 1024;
 constexpr std::size_t kHeaderSpace = 2048;                 // status line + headers
 constexpr std::int64_t kHugeBody = 16LL * 1024 * 1024;     // hang up instead of reading it
 constexpr lws_usec_t kSseHeartbeatUs = 15LL * LWS_USEC_PER_SEC;

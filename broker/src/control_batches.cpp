@@ -35,6 +35,15 @@ bool labels_match(const StringMap& want, const StringMap& have) {
   return true;
 }
 
+bool labels_match(const StringMap& want, const Fleet::LabelList& have) {
+  for (const auto& [k, v] : want) {
+    const auto it = std::lower_bound(have.begin(), have.end(), k,
+                                     [](const auto& label, const std::string& key) { return label.first < key; });
+    if (it == have.end() || it->first != k || it->second != v) return false;
+  }
+  return true;
+}
+
 bool glob_match(const std::string& glob, const std::string& rig_id) {
   return glob.empty() || fnmatch(glob.c_str(), rig_id.c_str(), 0) == 0;
 }
@@ -52,14 +61,15 @@ std::vector<std::string> BatchTable::select(const Fleet& fleet, const BatchTarge
       if (rig && !labels_match(targets.labels, rig->labels)) continue;
       chosen.insert(id);
     }
-  } else {
-    for (const RigView& rig : fleet.rigs()) {
-      if (glob_match(targets.glob, rig.rig_id) && labels_match(targets.labels, rig.labels)) {
-        chosen.insert(rig.rig_id);
-      }
-    }
+    return {chosen.begin(), chosen.end()};
   }
-  return {chosen.begin(), chosen.end()};
+  std::vector<std::string> out;
+  fleet.visit_rig_labels([&](std::string_view rig_id, const Fleet::LabelList& labels) {
+    std::string id(rig_id);
+    if (glob_match(targets.glob, id) && labels_match(targets.labels, labels)) out.push_back(std::move(id));
+  });
+  std::sort(out.begin(), out.end());  // rig ids are unique in the fleet
+  return out;
 }
 
 const Batch& BatchTable::start(Fleet& fleet, BatchRequest request,
@@ -135,7 +145,7 @@ void BatchTable::update_running(Batch& batch, bool was_running) {
 }
 
 bool BatchTable::command_finished(Fleet& fleet, std::string_view cmd_id) {
-  const auto it = in_flight_.find(std::string(cmd_id));
+  const auto it = in_flight_.find(cmd_id);
   if (it == in_flight_.end()) return false;
   const auto [batch_id, index] = it->second;
   in_flight_.erase(it);
@@ -143,23 +153,25 @@ bool BatchTable::command_finished(Fleet& fleet, std::string_view cmd_id) {
   if (b == batches_.end() || index >= b->second.rigs.size()) return false;
   Batch& batch = b->second;
   BatchRig& r = batch.rigs[index];
-  const std::optional<CommandView> cmd = fleet.command(r.cmd_id);
   bool ok = false;
-  if (!cmd) {
+  const bool known = fleet.read_command(r.cmd_id, [&](const CommandView& cmd) {
+    if (cmd.state == CommandState::done && cmd.result) {
+      const msg::Status s = cmd.result->status;
+      ok = s == msg::Status::ok || s == msg::Status::scheduled;
+      if (!ok) {
+        r.error = fleetlink::to_string(s);
+        r.detail = cmd.result->detail;
+      }
+    } else if (cmd.state == CommandState::nacked) {
+      r.error = "nacked";
+      if (cmd.nack) r.detail = std::string(fleetlink::to_string(cmd.nack->reason)) + ": " + cmd.nack->detail;
+    } else {
+      r.error = to_string(cmd.state);
+    }
+  });
+  if (!known) {
     r.error = "unknown";
     r.detail = "the command is no longer in the broker's history";
-  } else if (cmd->state == CommandState::done && cmd->result) {
-    const msg::Status s = cmd->result->status;
-    ok = s == msg::Status::ok || s == msg::Status::scheduled;
-    if (!ok) {
-      r.error = fleetlink::to_string(s);
-      r.detail = cmd->result->detail;
-    }
-  } else if (cmd->state == CommandState::nacked) {
-    r.error = "nacked";
-    if (cmd->nack) r.detail = std::string(fleetlink::to_string(cmd->nack->reason)) + ": " + cmd->nack->detail;
-  } else {
-    r.error = to_string(cmd->state);
   }
   r.outcome = ok ? BatchRigOutcome::ok : BatchRigOutcome::failed;
   --batch.in_flight;

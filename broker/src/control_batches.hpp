@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "command_table.hpp"
 #include "fleet.hpp"
 
 namespace fleetlink::broker {
@@ -99,7 +100,8 @@ class BatchTable {
   std::size_t history_;
   std::map<std::string, Batch, std::less<>> batches_;
   std::deque<std::string> order_;                                   // oldest first
-  std::unordered_map<std::string, std::pair<std::string, std::size_t>> in_flight_;  // cmd -> batch, rig
+  std::unordered_map<std::string, std::pair<std::string, std::size_t>, TransparentStringHash, std::equal_to<>>
+      in_flight_;  // cmd -> batch, rig
   std::size_t running_ = 0;
 };
 

@@ -208,9 +208,7 @@ json batch_json(const Batch& b, const Fleet& fleet) {
   for (const BatchRig& r : b.rigs) {
     json cmd_state = nullptr;
     if (!r.cmd_id.empty()) {
-      if (const std::optional<CommandView> cmd = fleet.command(r.cmd_id)) {
-        cmd_state = to_string(cmd->state);
-      }
+      fleet.read_command(r.cmd_id, [&](const CommandView& cmd) { cmd_state = to_string(cmd.state); });
     }
     rigs.push_back(json{{"rig_id", r.rig_id},
                         {"outcome", to_string(r.outcome)},

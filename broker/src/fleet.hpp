@@ -117,8 +117,23 @@ class Fleet {
 
   virtual EnqueueOutcome enqueue(std::string_view rig_id, std::string kind, StringMap args) = 0;
   virtual std::vector<RigView> rigs() const = 0;
+  // Every connected rig's id and labels (sorted by key), in no particular order:
+  // what a target-set selection needs, without building a RigView per rig.
+  using LabelList = std::vector<std::pair<std::string, std::string>>;
+  using RigLabelsVisitor = std::function<void(std::string_view rig_id, const LabelList& labels)>;
+  virtual void visit_rig_labels(const RigLabelsVisitor& visit) const {
+    for (const RigView& r : rigs()) visit(r.rig_id, LabelList(r.labels.begin(), r.labels.end()));
+  }
   virtual std::optional<RigView> rig(std::string_view rig_id) const = 0;
   virtual std::optional<CommandView> command(std::string_view cmd_id) const = 0;
+  // The command without copying it (its output may be 64 KiB): `read` runs at
+  // once, on the caller's thread, if the command is known. False otherwise.
+  virtual bool read_command(std::string_view cmd_id,
+                            const std::function<void(const CommandView&)>& read) const {
+    const std::optional<CommandView> v = command(cmd_id);
+    if (v) read(*v);
+    return v.has_value();
+  }
   // Close the rig's connection (CloseCode::forced_reconnect). False if not connected.
   virtual bool force_reconnect(std::string_view rig_id) = 0;
   // Ask the rig to stop a command in flight (broker -> agent CANCEL). False if the
