@@ -139,6 +139,7 @@ struct Transaction {
   bool subscribed = false;
   std::uint64_t next_event_id = 1;
   SseQueue queue;
+  bool write_requested = false;  // a writeable callback is on its way
 };
 
 // lws zero-allocates this per transaction; it only holds our pointer.
@@ -305,6 +306,27 @@ int finish_hold(Transaction* tx) {
   return send_and_complete(tx, std::move(r));
 }
 
+// An event for a stream with nothing waiting (no queue, no writeable callback
+// pending, nothing lws still holds) is written at once: the watcher sees an
+// ACK without waiting for the rest of this turn of the loop, and no POLLOUT is
+// armed. The events that follow in the same turn queue up behind the writeable
+// callback and leave together in one write. False: queue it.
+bool write_event_now(Transaction* tx, const std::string& text) {
+  if (tx->write_requested || !tx->queue.empty() || tx->out_pos < tx->out.size() ||
+      lws_partial_buffered(tx->wsi)) {
+    return false;
+  }
+  std::vector<unsigned char> buf(LWS_PRE + text.size());
+  std::memcpy(buf.data() + LWS_PRE, text.data(), text.size());
+  const int written = lws_write(tx->wsi, buf.data() + LWS_PRE, text.size(), LWS_WRITE_HTTP);
+  if (written < 0 || static_cast<std::size_t>(written) != text.size()) {
+    tx->sse_closing = true;  // the writeable callback hangs up
+    tx->write_requested = true;
+    lws_callback_on_writable(tx->wsi);
+  }
+  return true;
+}
+
 int start_event_stream(Transaction* tx, const HttpResponse& r) {
   HttpResponse headers = r;
   headers.headers.emplace_back("X-Accel-Buffering", "no");
@@ -318,16 +340,20 @@ int start_event_stream(Transaction* tx, const HttpResponse& r) {
   lws_set_timeout(tx->wsi, NO_PENDING_TIMEOUT, 0);
   ControlState* state = tx->state;
   tx->subscription = state->fleet->subscribe([tx](const FleetEvent& event) {
-    // Runs on the loop thread inside the Fleet; only queue and ask for a write.
+    // Runs on the loop thread inside the Fleet (e.g. while a rig's ACK is read).
     if (tx->sse_closing) return;
-    if (!tx->queue.push(format_sse_event(event, tx->next_event_id++))) {
+    std::string text = format_sse_event(event, tx->next_event_id++);
+    if (write_event_now(tx, text)) return;
+    if (!tx->queue.push(std::move(text))) {
       tx->sse_closing = true;  // a client that does not read is dropped, not buffered forever
     }
+    tx->write_requested = true;
     lws_callback_on_writable(tx->wsi);
   });
   tx->subscribed = true;
   state->streams.insert(tx);
   lws_set_timer_usecs(tx->wsi, kSseHeartbeatUs);
+  tx->write_requested = true;
   lws_callback_on_writable(tx->wsi);
   return 0;
 }
@@ -408,6 +434,7 @@ HttpResponse pipelined_request_refused() {
 int write_pending(lws* wsi, Transaction* tx) {
   if (tx->hold) return tx->hold_done ? finish_hold(tx) : 0;
   if (!tx->sse) return 0;
+  tx->write_requested = false;
   if (tx->out_pos >= tx->out.size() && !tx->queue.empty()) {
     tx->out = tx->queue.pop(kWriteChunk);
     tx->out_pos = 0;
@@ -425,7 +452,10 @@ int write_pending(lws* wsi, Transaction* tx) {
     tx->out_pos = 0;
     if (tx->sse_closing) return -1;
   }
-  if (!tx->queue.empty() || tx->out_pos < tx->out.size()) lws_callback_on_writable(wsi);
+  if (!tx->queue.empty() || tx->out_pos < tx->out.size()) {
+    tx->write_requested = true;
+    lws_callback_on_writable(wsi);
+  }
   return 0;
 }
 
@@ -523,6 +553,7 @@ int callback_control(lws* wsi, lws_callback_reasons reason, void* user, void* in
       // SSE heartbeat: a comment line keeps idle proxies and clients honest.
       if (pss != nullptr && pss->tx != nullptr && pss->tx->sse) {
         pss->tx->queue.push(std::string(kSseHeartbeat));
+        pss->tx->write_requested = true;
         lws_callback_on_writable(wsi);
         lws_set_timer_usecs(wsi, kSseHeartbeatUs);
       }
