@@ -9,14 +9,27 @@ namespace fleetlink::broker {
 using json = nlohmann::ordered_json;
 
 std::string iso8601_utc_ms(std::uint64_t unix_ms) {
-  const auto secs = static_cast<std::time_t>(unix_ms / 1000);
+  // Every event carries a timestamp and a busy broker formats tens of thousands
+  // a second, nearly all within the same second: the date and time part is
+  // formatted once per second, only the milliseconds each time.
+  thread_local std::uint64_t cached_secs = ~std::uint64_t{0};
+  thread_local char cached[64] = {};
+  const std::uint64_t secs = unix_ms / 1000;
+  if (secs != cached_secs) {
+    const auto t = static_cast<std::time_t>(secs);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    std::snprintf(cached, sizeof cached, "%04d-%02d-%02dT%02d:%02d:%02d.", tm.tm_year + 1900,
+                  tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+    cached_secs = secs;
+  }
   const auto millis = static_cast<unsigned>(unix_ms % 1000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03uZ", tm.tm_year + 1900,
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, millis);
-  return buf;
+  std::string out(cached);
+  out += static_cast<char>('0' + millis / 100);
+  out += static_cast<char>('0' + millis / 10 % 10);
+  out += static_cast<char>('0' + millis % 10);
+  out += 'Z';
+  return out;
 }
 
 json iso8601_or_null(const std::optional<std::uint64_t>& unix_ms) {
@@ -232,6 +245,14 @@ void append_json_string(std::string& out, std::string_view s) {
 }
 
 }  // namespace
+
+void append_json_value(std::string& out, std::string_view s) {
+  if (plain_ascii(s)) {
+    append_json_string(out, s);
+  } else {
+    out += dump_json(nlohmann::ordered_json(std::string(s)));
+  }
+}
 
 std::string event_json_text(const FleetEvent& e) {
   if (!plain_ascii(e.type) || !plain_ascii(e.rig_id) || !plain_ascii(e.cmd_id) || !plain_ascii(e.detail))

@@ -45,6 +45,9 @@ nlohmann::ordered_json event_json(const FleetEvent& event);
 // that is not plain ASCII, where dump_json's replacement rules apply.
 std::string event_json_text(const FleetEvent& event);
 
+// Appends s as a JSON string value, exactly as dump_json would write it.
+void append_json_value(std::string& out, std::string_view s);
+
 // Serialises without throwing: invalid UTF-8 anywhere (labels, details) becomes U+FFFD.
 std::string dump_json(const nlohmann::ordered_json& j);
 

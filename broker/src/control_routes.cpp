@@ -196,39 +196,72 @@ bool optional_count(const json& body, const char* key, std::optional<std::size_t
   return true;
 }
 
-json batch_json(const Batch& b, const Fleet& fleet) {
+// A batch as JSON text. The rig list is written directly, not through a JSON
+// tree: a fleet-wide batch lists 20,000 rigs, and the tree cost ~14k
+// instructions per rig, as much as sending the commands. Byte for byte what
+// dump_json of the equivalent tree gives (tested).
+std::string batch_json_text(const Batch& b, const Fleet& fleet) {
   json counts{{"total", b.rigs.size()}};
+  std::size_t by_outcome[6] = {};
+  for (const BatchRig& r : b.rigs) ++by_outcome[static_cast<std::size_t>(r.outcome)];
   for (const BatchRigOutcome o :
        {BatchRigOutcome::pending, BatchRigOutcome::dispatched, BatchRigOutcome::ok,
         BatchRigOutcome::failed, BatchRigOutcome::refused, BatchRigOutcome::skipped}) {
-    counts[to_string(o)] = std::count_if(b.rigs.begin(), b.rigs.end(),
-                                         [o](const BatchRig& r) { return r.outcome == o; });
-  }
-  json rigs = json::array();
-  for (const BatchRig& r : b.rigs) {
-    json cmd_state = nullptr;
-    if (!r.cmd_id.empty()) {
-      fleet.read_command(r.cmd_id, [&](const CommandView& cmd) { cmd_state = to_string(cmd.state); });
-    }
-    rigs.push_back(json{{"rig_id", r.rig_id},
-                        {"outcome", to_string(r.outcome)},
-                        {"cmd_id", r.cmd_id.empty() ? json(nullptr) : json(r.cmd_id)},
-                        {"state", cmd_state},
-                        {"error", r.error.empty() ? json(nullptr) : json(r.error)},
-                        {"detail", r.detail.empty() ? json(nullptr) : json(r.detail)}});
+    counts[to_string(o)] = by_outcome[static_cast<std::size_t>(o)];
   }
   json args = json::object();
   for (const auto& [k, v] : b.args) args[k] = v;
-  return json{{"batch_id", b.batch_id},
-              {"kind", b.kind},
-              {"args", std::move(args)},
-              {"created_at", iso8601_utc_ms(b.created_at_ms)},
-              {"max_concurrency", b.max_concurrency},
-              {"max_errors", b.max_errors ? json(*b.max_errors) : json(nullptr)},
-              {"state", b.finished() ? (b.stopped ? "stopped" : "done") : "running"},
-              {"errors", b.errors},
-              {"counts", std::move(counts)},
-              {"rigs", std::move(rigs)}};
+  const json head{{"batch_id", b.batch_id},
+                  {"kind", b.kind},
+                  {"args", std::move(args)},
+                  {"created_at", iso8601_utc_ms(b.created_at_ms)},
+                  {"max_concurrency", b.max_concurrency},
+                  {"max_errors", b.max_errors ? json(*b.max_errors) : json(nullptr)},
+                  {"state", b.finished() ? (b.stopped ? "stopped" : "done") : "running"},
+                  {"errors", b.errors},
+                  {"counts", std::move(counts)}};
+  std::string out = dump_json(head);
+  out.pop_back();  // the closing brace: "rigs" comes last
+  out.reserve(out.size() + 160 * b.rigs.size() + 16);
+  out += ",\"rigs\":[";
+  auto value_or_null = [&out](std::string_view v) {
+    if (v.empty()) {
+      out += "null";
+    } else {
+      append_json_value(out, v);
+    }
+  };
+  bool first = true;
+  for (const BatchRig& r : b.rigs) {
+    if (!first) out += ',';
+    first = false;
+    out += "{\"rig_id\":";
+    append_json_value(out, r.rig_id);
+    out += ",\"outcome\":";
+    append_json_value(out, to_string(r.outcome));
+    out += ",\"cmd_id\":";
+    value_or_null(r.cmd_id);
+    out += ",\"state\":";
+    const char* state = nullptr;
+    if (!r.cmd_id.empty()) {
+      fleet.read_command(r.cmd_id, [&](const CommandView& cmd) { state = to_string(cmd.state); });
+    }
+    value_or_null(state ? std::string_view(state) : std::string_view());
+    out += ",\"error\":";
+    value_or_null(r.error);
+    out += ",\"detail\":";
+    value_or_null(r.detail);
+    out += '}';
+  }
+  out += "]}";
+  return out;
+}
+
+HttpResponse batch_response(int status, const Batch& b, const Fleet& fleet) {
+  HttpResponse r;
+  r.status = status;
+  r.body = batch_json_text(b, fleet);
+  return r;
 }
 
 // POST /v1/commands: one command to every rig the targets select.
@@ -290,7 +323,7 @@ HttpResponse post_batch(const HttpRequest& req, Fleet& fleet, const ControlApiOp
   }
   const Batch& batch = options.batches->start(fleet, std::move(request), std::move(rigs),
                                               uuid_v7().to_string(), now_ms);
-  HttpResponse r = json_response(202, batch_json(batch, fleet));
+  HttpResponse r = batch_response(202, batch, fleet);
   r.headers.emplace_back("Location", "/v1/batches/" + batch.batch_id);
   return r;
 }
@@ -438,7 +471,7 @@ HttpResponse route(const HttpRequest& req, Fleet& fleet, const BrokerMetrics& me
                                      {"batch_id", seg[2]},
                                      {"detail", "no such batch (or expired from the history)"}});
     }
-    return json_response(200, batch_json(*batch, fleet));
+    return batch_response(200, *batch, fleet);
   }
   if (collection == "commands" && seg.size() == 4 && seg[3] == "cancel") {
     if (!post) return method_not_allowed("POST");

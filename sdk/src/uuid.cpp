@@ -7,6 +7,7 @@
 #include "fleetlink/uuid.hpp"
 
 #include <sys/random.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -37,9 +38,9 @@ class Generator {
   // true for uuid_v7_at (tests want the timestamp they pass, unless the same
   // millisecond is asked for more than 4096 times).
   Uuid next(std::uint64_t now_ms, bool follow_clock_back) {
-    std::uint8_t rnd[10];
-    fill_random(rnd, sizeof rnd);
     std::lock_guard lock(mu_);
+    std::uint8_t rnd[10];
+    take_random(rnd, sizeof rnd);
     const bool stepped_back = follow_clock_back && now_ms < last_request_ms_;
     last_request_ms_ = now_ms;
     if (now_ms > last_ms_ || stepped_back || !started_) {
@@ -64,7 +65,26 @@ class Generator {
   }
 
  private:
+  // The kernel's random bytes, fetched a pool at a time: a broker fanning a
+  // command out to 20,000 rigs makes 20,000 ids in a row, and one getrandom()
+  // per id was a syscall per command. Refilled after fork() so a child never
+  // repeats its parent's bytes.
+  void take_random(std::uint8_t* out, std::size_t n) {
+    const pid_t pid = ::getpid();
+    if (pool_pos_ + n > sizeof pool_ || pool_pid_ != pid) {
+      fill_random(pool_, sizeof pool_);
+      pool_pos_ = 0;
+      pool_pid_ = pid;
+    }
+    std::memcpy(out, pool_ + pool_pos_, n);
+    std::memset(pool_ + pool_pos_, 0, n);  // used bytes do not linger in memory
+    pool_pos_ += n;
+  }
+
   std::mutex mu_;
+  std::uint8_t pool_[1024] = {};
+  std::size_t pool_pos_ = sizeof pool_;
+  pid_t pool_pid_ = 0;
   std::uint64_t last_ms_ = 0;          // timestamp of the last id (may run ahead of the clock)
   std::uint64_t last_request_ms_ = 0;  // clock reading given for the last id
   std::uint16_t counter_ = 0;

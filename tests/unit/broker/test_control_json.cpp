@@ -12,6 +12,11 @@ using namespace fleetlink::broker;
 TEST_CASE("control json: ISO-8601 UTC with milliseconds") {
   CHECK(iso8601_utc_ms(0) == "1970-01-01T00:00:00.000Z");
   CHECK(iso8601_utc_ms(1'795'638'706'123ULL) == "2026-11-25T20:31:46.123Z");
+  // The same second again (its formatted part is reused), then another one.
+  CHECK(iso8601_utc_ms(1'795'638'706'007ULL) == "2026-11-25T20:31:46.007Z");
+  CHECK(iso8601_utc_ms(1'795'638'706'990ULL) == "2026-11-25T20:31:46.990Z");
+  CHECK(iso8601_utc_ms(1'795'638'707'000ULL) == "2026-11-25T20:31:47.000Z");
+  CHECK(iso8601_utc_ms(0) == "1970-01-01T00:00:00.000Z");
   CHECK(iso8601_or_null(std::nullopt).is_null());
   CHECK(iso8601_or_null(5ULL) == "1970-01-01T00:00:00.005Z");
 }

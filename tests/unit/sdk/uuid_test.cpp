@@ -1,7 +1,11 @@
 // UUIDv7: layout bits, text form, timestamp and ordering.
 #include <doctest/doctest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstring>
 #include <set>
 #include <string>
 #include <thread>
@@ -112,4 +116,27 @@ TEST_CASE("parse round trip and refusals") {
   CHECK_FALSE(parse_uuid("01936d3c-5e2a-7b3c-8d4e+1f2a3b4c5d6e"));   // wrong separator
   CHECK_FALSE(is_uuid_v7("01936d3c-5e2a-4b3c-8d4e-1f2a3b4c5d6e"));   // version 4
   CHECK_FALSE(is_uuid_v7("01936d3c-5e2a-7b3c-cd4e-1f2a3b4c5d6e"));   // variant 110
+}
+
+TEST_CASE("uuid_v7: a forked child does not repeat its parent's random bits") {
+  // The generator keeps a pool of random bytes; a child must refill it.
+  (void)uuid_v7();  // the parent's pool is now filled
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const Uuid child = uuid_v7();
+    const ssize_t w = ::write(fds[1], child.bytes.data(), child.bytes.size());
+    ::_exit(w == static_cast<ssize_t>(child.bytes.size()) ? 0 : 1);
+  }
+  const Uuid parent = uuid_v7();
+  Uuid child{};
+  REQUIRE(::read(fds[0], child.bytes.data(), child.bytes.size()) == static_cast<ssize_t>(child.bytes.size()));
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ::close(fds[0]);
+  ::close(fds[1]);
+  // rand_b: bytes 9..15 (byte 8 holds the variant and 6 random bits).
+  CHECK(std::memcmp(parent.bytes.data() + 9, child.bytes.data() + 9, 7) != 0);
 }
