@@ -175,6 +175,19 @@ json enqueue_ok_json(const EnqueueOk& ok) {
   return json{{"cmd_id", ok.cmd_id}, {"rig_id", ok.rig_id}, {"seq", ok.seq}, {"state", "queued"}};
 }
 
+std::string enqueue_ok_json_text(const EnqueueOk& ok) {
+  std::string out;
+  out.reserve(96 + ok.cmd_id.size() + ok.rig_id.size());
+  out += "{\"cmd_id\":";
+  append_json_value(out, ok.cmd_id);
+  out += ",\"rig_id\":";
+  append_json_value(out, ok.rig_id);
+  out += ",\"seq\":";
+  out += std::to_string(ok.seq);
+  out += ",\"state\":\"queued\"}";
+  return out;
+}
+
 int enqueue_failure_status(EnqueueError e) noexcept {
   switch (e) {
     case EnqueueError::unknown_rig: return 404;
@@ -217,12 +230,18 @@ bool plain_ascii(std::string_view s) noexcept {
   return true;
 }
 
-// A JSON string of ASCII text, escaped as nlohmann::json::dump does.
+// A JSON string of ASCII text, escaped as nlohmann::json::dump does. Runs of
+// characters that need no escape (nearly all text) are appended at once.
 void append_json_string(std::string& out, std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
   out += '"';
-  for (const char c : s) {
+  std::size_t run = 0;  // start of the pending run of plain characters
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
     const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && c != '"' && c != '\\') continue;
+    out.append(s.data() + run, i - run);
+    run = i + 1;
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
@@ -232,15 +251,12 @@ void append_json_string(std::string& out, std::string_view s) {
       case '\r': out += "\\r"; break;
       case '\t': out += "\\t"; break;
       default:
-        if (u < 0x20) {
-          out += "\\u00";
-          out += kHex[u >> 4];
-          out += kHex[u & 0xF];
-        } else {
-          out += c;
-        }
+        out += "\\u00";
+        out += kHex[u >> 4];
+        out += kHex[u & 0xF];
     }
   }
+  out.append(s.data() + run, s.size() - run);
   out += '"';
 }
 

@@ -29,8 +29,10 @@ nlohmann::ordered_json rig_json(const RigView& rig, std::uint64_t now_ms, bool w
 // GET /v1/commands/{id}
 nlohmann::ordered_json command_json(const CommandView& cmd);
 
-// 202 body for an accepted command.
+// 202 body for an accepted command; the same as text, written directly (it
+// answers every POST of a command).
 nlohmann::ordered_json enqueue_ok_json(const EnqueueOk& ok);
+std::string enqueue_ok_json_text(const EnqueueOk& ok);
 
 // The refusal's HTTP status and body. rig_unresponsive has exactly the keys
 // error, rig_id, detail, last_ack_seq, last_ack_at, suggested_action.

@@ -127,7 +127,9 @@ HttpResponse post_command(const HttpRequest& req, Fleet& fleet, const std::strin
   }
   EnqueueOutcome outcome = fleet.enqueue(rig_id, kind_it->get<std::string>(), std::move(args));
   if (const auto* ok = std::get_if<EnqueueOk>(&outcome)) {
-    HttpResponse r = json_response(202, enqueue_ok_json(*ok));
+    HttpResponse r;
+    r.status = 202;
+    r.body = enqueue_ok_json_text(*ok);
     if (hold && hold->timeout_ms > 0) {
       hold->cmd_id = ok->cmd_id;
       hold->rig_id = ok->rig_id;

@@ -97,3 +97,16 @@ TEST_CASE("process stats: VmRSS parsing and live gauges") {
   CHECK(gauges.at("process_resident_memory_bytes") > 0);
   CHECK(gauges.at("process_open_fds") >= 3);
 }
+
+TEST_CASE("control json: text written directly equals the library's dump") {
+  using fleetlink::broker::append_json_value;
+  for (const std::string& s : {std::string("plain"), std::string(""), std::string("q\"b\\s/\n\r\t\b\f"),
+                              std::string("ctl\x01\x1f end"), std::string("caf\xc3\xa9"),
+                              std::string("bad \xff utf8"), std::string(200, 'x') + "\"" + "y"}) {
+    std::string out;
+    append_json_value(out, s);
+    CHECK(out == dump_json(nlohmann::ordered_json(s)));
+  }
+  fleetlink::broker::EnqueueOk ok{"01a00000-0000-7000-8000-000000000001", "rig-\"7\"", 42};
+  CHECK(fleetlink::broker::enqueue_ok_json_text(ok) == dump_json(fleetlink::broker::enqueue_ok_json(ok)));
+}
