@@ -96,6 +96,7 @@ struct Options {
   unsigned max_seconds = 0;    // 0 = run until SIGTERM/SIGINT
   std::string ws_protocol;     // Sec-WebSocket-Protocol, if the broker wants one
   std::vector<std::string> kinds{"dmesg", "reboot", "suite", "noop"};
+  bool resume = true;          // keep each rig's TLS session ticket and offer it on reconnect
 };
 
 struct Url {
@@ -153,7 +154,7 @@ struct Counters {
   std::uint64_t connects = 0, connect_errors = 0, tls_failures = 0, refused_503 = 0,
                 failed_handshakes = 0, upgrades = 0, welcomes = 0, commands = 0, acks = 0,
                 results = 0, pings = 0, goaways = 0, closes = 0, decode_errors = 0,
-                unexpected = 0, reconnects = 0;
+                unexpected = 0, reconnects = 0, tls_full = 0, tls_resumed = 0;
   std::map<unsigned, std::uint64_t> close_codes;  // received from the broker
 };
 
@@ -181,6 +182,7 @@ class Simulator {
   void teardown(std::uint32_t i, bool reconnect);
   std::uint64_t backoff_ms(Rig& r);
   void status_line(const char* event);
+  static int on_new_session(SSL* ssl, SSL_SESSION* session);
   std::uint32_t mask_key() { return static_cast<std::uint32_t>(rng_()); }
 
   Options o_;
@@ -197,6 +199,11 @@ class Simulator {
   std::vector<std::string> boot_ids_;
   std::vector<fb::X509Ptr> certs_;
   std::vector<fb::PkeyPtr> keys_;          // per rig (cert-dir) or one shared (issued)
+  // Each rig's latest TLS session (with its ticket), offered at the next connect the way
+  // an agent resumes after a broker restart. A copy: OpenSSL marks the connection's own
+  // session unusable when that connection ends in an error (as it does when the broker dies).
+  std::vector<SSL_SESSION*> sessions_;
+  static Simulator* instance_;   // the one simulator of this process, for OpenSSL's session callback
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
   Counters c_;
   unsigned connected_ = 0;
@@ -256,7 +263,15 @@ bool Simulator::setup() {
     SSL_CTX_set_min_proto_version(ctx_, TLS1_2_VERSION);
     SSL_CTX_set_mode(ctx_, SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE |
                                SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-    SSL_CTX_set_session_cache_mode(ctx_, SSL_SESS_CACHE_OFF);
+    if (o_.resume) {
+      // No internal cache: on_new_session keeps one session per rig.
+      SSL_CTX_set_session_cache_mode(ctx_, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+      SSL_CTX_sess_set_new_cb(ctx_, &Simulator::on_new_session);
+      instance_ = this;
+      sessions_.assign(o_.count, nullptr);
+    } else {
+      SSL_CTX_set_session_cache_mode(ctx_, SSL_SESS_CACHE_OFF);
+    }
     if (!o_.verify_ca.empty()) {
       if (SSL_CTX_load_verify_locations(ctx_, o_.verify_ca.c_str(), nullptr) != 1) {
         std::fprintf(stderr, "rigsim: cannot load %s\n", o_.verify_ca.c_str());
@@ -314,6 +329,20 @@ bool Simulator::setup() {
   ev.data.u32 = kSignalTag;
   epoll_ctl(ep_, EPOLL_CTL_ADD, sigfd_, &ev);
   return true;
+}
+
+Simulator* Simulator::instance_ = nullptr;
+
+int Simulator::on_new_session(SSL* ssl, SSL_SESSION* session) {
+  Simulator* self = instance_;
+  const auto tag = reinterpret_cast<std::uintptr_t>(SSL_get_app_data(ssl));
+  if (self == nullptr || tag == 0 || tag > self->sessions_.size()) return 0;
+  SSL_SESSION* copy = SSL_SESSION_dup(session);
+  if (copy == nullptr) return 0;
+  SSL_SESSION*& kept = self->sessions_[tag - 1];
+  SSL_SESSION_free(kept);
+  kept = copy;
+  return 0;  // OpenSSL keeps its own reference; we hold the copy
 }
 
 std::uint64_t Simulator::backoff_ms(Rig& r) {
@@ -420,6 +449,7 @@ void Simulator::drive_tls_handshake(std::uint32_t i) {
   Rig& r = rigs_[i];
   const int rc = SSL_do_handshake(r.ssl);
   if (rc == 1) {
+    ++(SSL_session_reused(r.ssl) == 1 ? c_.tls_resumed : c_.tls_full);
     send_upgrade(i);
     return;
   }
@@ -493,6 +523,11 @@ void Simulator::on_event(std::uint32_t i, std::uint32_t ev) {
       SSL_use_certificate(r.ssl, certs_[i].get());
       SSL_use_PrivateKey(r.ssl, keys_.size() == 1 ? keys_[0].get() : keys_[i].get());
       SSL_set_connect_state(r.ssl);
+      if (o_.resume) {
+        // on_new_session finds the rig by this (index + 1: never a null pointer)
+        SSL_set_app_data(r.ssl, reinterpret_cast<void*>(static_cast<std::uintptr_t>(i) + 1));
+        if (sessions_[i] != nullptr) SSL_set_session(r.ssl, sessions_[i]);
+      }
       r.phase = Phase::tls_handshake;
       drive_tls_handshake(i);
     } else {
@@ -693,10 +728,12 @@ void Simulator::status_line(const char* event) {
       ",\"tls_failures\":%" PRIu64 ",\"upgrades\":%" PRIu64 ",\"welcomes\":%" PRIu64 ",\"commands\":%" PRIu64
       ",\"acks\":%" PRIu64 ",\"results\":%" PRIu64 ",\"pings\":%" PRIu64 ",\"goaways\":%" PRIu64
       ",\"closes\":%" PRIu64 ",\"reconnects\":%" PRIu64 ",\"decode_errors\":%" PRIu64 ",\"unexpected\":%" PRIu64
+      ",\"tls_full\":%" PRIu64 ",\"tls_resumed\":%" PRIu64
       ",\"close_codes\":{%s},\"cpu_s\":%.3f,\"cert_cpu_s\":%.3f,\"maxrss_kb\":%ld}\n",
       event, now_ms(), o_.count, connected_, c_.connects, c_.connect_errors, c_.refused_503,
       c_.failed_handshakes, c_.tls_failures, c_.upgrades, c_.welcomes, c_.commands, c_.acks, c_.results,
-      c_.pings, c_.goaways, c_.closes, c_.reconnects, c_.decode_errors, c_.unexpected, codes.c_str(),
+      c_.pings, c_.goaways, c_.closes, c_.reconnects, c_.decode_errors, c_.unexpected, c_.tls_full,
+      c_.tls_resumed, codes.c_str(),
       cpu_seconds(), cert_seconds_, rss_kb());
   std::fflush(stdout);
 }
@@ -744,6 +781,7 @@ int Simulator::run() {
   stopping_ = true;
   status_line("final");
   for (std::uint32_t k = 0; k < o_.count; ++k) teardown(k, false);
+  for (SSL_SESSION* kept : sessions_) SSL_SESSION_free(kept);
   if (ctx_ != nullptr) SSL_CTX_free(ctx_);
   return 0;
 }
@@ -772,7 +810,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-seconds", o.max_seconds, "exit after this long (0 = until SIGTERM)");
   app.add_option("--ws-protocol", o.ws_protocol, "Sec-WebSocket-Protocol to ask for");
   app.add_option("--kind", o.kinds, "command kinds announced in HELLO");
+  bool no_resume = false;
+  app.add_flag("--no-resume", no_resume, "do not keep TLS session tickets (every connect is a full handshake)");
   CLI11_PARSE(app, argc, argv);
+  o.resume = !no_resume;
   Url url;
   if (!parse_url(o.url, url)) {
     std::fprintf(stderr, "rigsim: bad --url %s\n", o.url.c_str());

@@ -1,0 +1,125 @@
+"""TLS 1.3 session resumption across a broker restart (--tls-ticket-key-file).
+
+Rigs simulated by fleetlink-rigsim keep the session ticket the broker gives them and
+offer it when they reconnect. A broker restarted with the same ticket key file
+resumes those sessions (no certificate exchange), yet still knows each rig's
+identity from the certificate carried in the ticket: a rig whose certificate does
+not match its rig id is refused 4401 on a resumed session too."""
+import json
+import os
+import shutil
+import stat
+import unittest
+
+from harness import LabTestCase, binary, free_port, wait_for
+
+
+class RigSimStatus:
+    """The JSON status lines a rigsim process prints (its log is stdout + stderr)."""
+
+    def __init__(self, proc):
+        self.proc = proc
+
+    def last(self):
+        for line in reversed(self.proc.log().splitlines()):
+            if line.startswith("{"):
+                try:
+                    return json.loads(line)
+                except ValueError:
+                    continue
+        return {}
+
+    def wait(self, predicate, timeout, what):
+        return wait_for(lambda: (lambda s: s if s and predicate(s) else None)(self.last()),
+                        timeout, interval=0.05, what=what)
+
+
+def refused_4401(status):
+    return status.get("close_codes", {}).get("4401", 0)
+
+
+class TlsResumption(LabTestCase):
+    def cert_dir(self, good, impostor=None):
+        """A rigsim --cert-dir: good rigs with their own certificates; the impostor rig id
+        gets another rig's certificate and key."""
+        d = self.lab.path("rigsim-certs")
+        os.makedirs(d, exist_ok=True)
+        for rig in good:
+            crt, key = self.lab.certs.rig(rig)
+            shutil.copy(crt, os.path.join(d, f"{rig}.crt"))
+            shutil.copy(key, os.path.join(d, f"{rig}.key"))
+        if impostor:
+            rig, other = impostor
+            crt, key = self.lab.certs.rig(other)
+            shutil.copy(crt, os.path.join(d, f"{rig}.crt"))
+            shutil.copy(key, os.path.join(d, f"{rig}.key"))
+        return d
+
+    def rigsim(self, broker, count, cert_dir):
+        try:
+            binary("fleetlink-rigsim")
+        except FileNotFoundError:
+            self.skipTest("fleetlink-rigsim not built (FLEETLINK_BUILD_BENCH=OFF)")
+        proc = self.lab.process("rigsim", [
+            binary("fleetlink-rigsim"), "--url", broker.url, "--count", str(count),
+            "--cert-dir", cert_dir, "--status-ms", "100", "--backoff-base-ms", "100",
+            "--backoff-cap-ms", "400", "--max-seconds", "90"])
+        return RigSimStatus(proc)
+
+    def test_restart_with_the_same_key_resumes_and_still_checks_identity(self):
+        key_file = self.lab.path("ticket.key")
+        port = free_port()
+        opts = dict(listen_port=port, tls_ticket_key_file=key_file, accept_rate=1000, accept_burst=100)
+        broker = self.lab.broker(**opts)
+        st = os.stat(key_file)
+        self.assertEqual(stat.S_IMODE(st.st_mode), 0o600)
+        self.assertEqual(st.st_size, 80)
+
+        # rig-00000 and rig-00001 are genuine; rig-00002 presents rig-intruder's certificate.
+        sim = self.rigsim(broker, 3, self.cert_dir(["rig-00000", "rig-00001"], ("rig-00002", "rig-intruder")))
+        before = sim.wait(lambda s: s["connected"] == 2 and refused_4401(s) >= 2, 20,
+                          "two rigs connected, the impostor refused twice")
+        # The impostor's second refusal was on a resumed session already.
+        self.assertGreaterEqual(before["tls_resumed"], 1, before)
+
+        broker.kill()
+        sim.wait(lambda s: s["connected"] == 0, 10, "rigs notice the broker is gone")
+        down = sim.last()
+        broker = self.lab.broker(name="broker-2", **opts)
+        after = sim.wait(lambda s: s["connected"] == 2 and refused_4401(s) >= refused_4401(down) + 2, 20,
+                         "rigs back on the restarted broker, the impostor refused again")
+        # Every handshake with the new broker was a resumption: no full handshake since the kill.
+        self.assertEqual(after["tls_full"], down["tls_full"], after)
+        self.assertGreaterEqual(after["tls_resumed"] - down["tls_resumed"], 4, after)
+        # The refused rig's identity came from the certificate restored from its ticket.
+        log = broker.log()
+        self.assertRegex(log, r"hello refused rig=rig-00002 .*subject=\S*rig-intruder")
+        self.assertEqual(set(broker.rigs()), {"rig-00000", "rig-00001"})
+
+    def test_without_a_key_file_no_session_is_resumed(self):
+        port = free_port()
+        broker = self.lab.broker(listen_port=port)
+        sim = self.rigsim(broker, 2, self.cert_dir(["rig-00000", "rig-00001"]))
+        sim.wait(lambda s: s["connected"] == 2, 20, "rigs connected")
+        broker.kill()
+        sim.wait(lambda s: s["connected"] == 0, 10, "rigs notice the broker is gone")
+        broker = self.lab.broker(name="broker-2", listen_port=port)
+        after = sim.wait(lambda s: s["connected"] == 2, 20, "rigs back")
+        self.assertEqual(after["tls_resumed"], 0, after)
+
+    def test_a_key_file_readable_by_others_is_refused(self):
+        key_file = self.lab.path("ticket.key")
+        with open(key_file, "wb") as f:
+            f.write(os.urandom(80))
+        os.chmod(key_file, 0o644)
+        proc = self.lab.process("broker-bad", [
+            binary("fleetlink-broker"), "--listen", "127.0.0.1:0", "--control", "127.0.0.1:0",
+            "--cert", self.lab.certs.broker_cert, "--key", self.lab.certs.broker_key,
+            "--ca", self.lab.certs.ca, "--tls-ticket-key-file", key_file])
+        wait_for(lambda: not proc.alive(), 10, what="broker exits")
+        self.assertNotEqual(proc.proc.returncode, 0)
+        self.assertIn("chmod 600", proc.log())
+
+
+if __name__ == "__main__":
+    unittest.main()
