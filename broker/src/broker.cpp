@@ -28,6 +28,8 @@ namespace fleetlink::broker {
 
 namespace {
 
+constexpr std::uint64_t kSweepSliceMs = 50;           // one slice of the connection walk per tick
+constexpr std::uint32_t kRegistryRefreshMs = 10000;   // registry entries (TTL 60 s) refreshed this often
 constexpr std::size_t kRxBufferSize = 128;   // small on purpose: frames are reassembled (LWS-NOTES); 128 vs 256: -120 B RSS per idle rig
 constexpr std::size_t kMaxArgs = 64;
 constexpr std::size_t kMaxArgBytes = 4096;
@@ -241,8 +243,11 @@ Expected<void> Broker::start() {
   resume_timer_.data = this;
   uv_timer_init(loop_, &sweep_timer_);
   sweep_timer_.data = this;
-  std::uint64_t every = keepalive_.sweep_interval_ms(cfg_.hello_timeout_ms);
-  uv_timer_start(&sweep_timer_, [](uv_timer_t* t) { static_cast<Broker*>(t->data)->sweep(); }, every, every);
+  const std::uint64_t pass_ms = keepalive_.sweep_interval_ms(cfg_.hello_timeout_ms);
+  const std::uint64_t slice_ms = std::min<std::uint64_t>(pass_ms, kSweepSliceMs);
+  sweep_slices_ = static_cast<std::uint32_t>(pass_ms / slice_ms);
+  uv_timer_start(&sweep_timer_, [](uv_timer_t* t) { static_cast<Broker*>(t->data)->sweep(); }, slice_ms,
+                 slice_ms);
   auto on_signal = [](uv_signal_t* s, int signum) {
     auto* self = static_cast<Broker*>(s->data);
     if (self->drain_.active) {
@@ -857,6 +862,7 @@ void Broker::on_closed(Connection& c) {
   if (c.has_cancels) pending_cancels_.erase(&c);
   if (c.rx_paused) std::erase(paused_, &c);
   release_interned(c);
+  if (sweep_cursor_ == &c) sweep_cursor_ = c.next;
   if (c.prev) c.prev->next = c.next;
   else head_ = c.next;
   if (c.next) c.next->prev = c.prev;
@@ -931,38 +937,44 @@ void Broker::resume_paused() {
 }
 
 void Broker::sweep() {
-  std::uint32_t now = mono_ms();
-  for (Connection* c = head_; c; c = c->next) {
-    if (c->phase == ConnPhase::awaiting_hello) {
-      if (now - c->established_mono_ms >= cfg_.hello_timeout_ms)
-        request_close(*c, CloseCode::hello_timeout,
-                      "no hello within " + std::to_string(cfg_.hello_timeout_ms) + " ms");
-      continue;
-    }
-    if (c->phase != ConnPhase::live) continue;
-    unsigned before = c->keepalive.missed;
-    KeepaliveAction a = c->keepalive.tick(now, keepalive_);
-    if (c->keepalive.missed > before) {
-      ++metrics_.pongs_missed;
-      FL_INFO("rig=%s missed pong %u/%u", c->rig_id.c_str(), c->keepalive.missed, keepalive_.max_missed);
-    }
-    if (a == KeepaliveAction::dead) {
-      request_close(*c, CloseCode::keepalive_timeout,
-                    std::to_string(c->keepalive.missed) + " pongs missed");
-    } else if (a == KeepaliveAction::send_ping) {
-      // The pong clock starts now, whether or not the socket lets the ping out:
-      // a rig that stopped reading is as dead as one that stopped answering.
-      c->keepalive.ping_sent(now, keepalive_);
-      c->want_ping = true;
-      lws_callback_on_writable(c->wsi);
-    }
+  const std::uint32_t now = mono_ms();
+  if (sweep_cursor_ == nullptr) {  // a new pass
+    sweep_cursor_ = head_;
+    refresh_pass_ = now - last_refresh_ms_ >= kRegistryRefreshMs;
+    if (refresh_pass_) last_refresh_ms_ = now;
   }
-  if (now - last_refresh_ms_ >= 10000) {
-    last_refresh_ms_ = now;
-    std::uint64_t wall = wall_ms();
-    for (auto& [rig, c] : rigs_) registry_->refresh(rig, c->boot_id.to_string(), cfg_.broker_id, wall);
+  std::size_t budget = (connection_count_ + sweep_slices_ - 1) / sweep_slices_;
+  while (sweep_cursor_ != nullptr && budget-- > 0) {
+    Connection* c = sweep_cursor_;
+    sweep_cursor_ = c->next;
+    sweep_one(*c, now, refresh_pass_);
   }
   if (drain_.active) check_drain_done();
+}
+
+void Broker::sweep_one(Connection& c, std::uint32_t now, bool refresh) {
+  if (c.phase == ConnPhase::awaiting_hello) {
+    if (now - c.established_mono_ms >= cfg_.hello_timeout_ms)
+      request_close(c, CloseCode::hello_timeout, "no hello within " + std::to_string(cfg_.hello_timeout_ms) + " ms");
+    return;
+  }
+  if (c.phase != ConnPhase::live) return;
+  if (refresh && c.registered) registry_->refresh(c.rig_id, c.boot_id.to_string(), cfg_.broker_id, wall_ms());
+  const unsigned before = c.keepalive.missed;
+  const KeepaliveAction a = c.keepalive.tick(now, keepalive_);
+  if (c.keepalive.missed > before) {
+    ++metrics_.pongs_missed;
+    FL_INFO("rig=%s missed pong %u/%u", c.rig_id.c_str(), c.keepalive.missed, keepalive_.max_missed);
+  }
+  if (a == KeepaliveAction::dead) {
+    request_close(c, CloseCode::keepalive_timeout, std::to_string(c.keepalive.missed) + " pongs missed");
+  } else if (a == KeepaliveAction::send_ping) {
+    // The pong clock starts now, whether or not the socket lets the ping out:
+    // a rig that stopped reading is as dead as one that stopped answering.
+    c.keepalive.ping_sent(now, keepalive_);
+    c.want_ping = true;
+    lws_callback_on_writable(c.wsi);
+  }
 }
 
 // ---------------------------------------------------------------------------------

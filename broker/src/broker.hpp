@@ -99,7 +99,11 @@ class Broker final : public Fleet {
   RigView view_of(const Connection& c) const;
   std::optional<CertIdentity> peer_identity(lws* wsi) const;
 
+  // Keepalive, hello timeouts and registry refresh walk every connection once per
+  // pass, a slice of them per timer tick: at 20,000 rigs a whole walk at once
+  // stalled the loop (and queued ~1,000 pings in one burst) every second.
   void sweep();
+  void sweep_one(Connection& c, std::uint32_t now, bool refresh);
   void pause_reading(Connection& c);
   void resume_paused();
   void check_drain_done();
@@ -137,6 +141,9 @@ class Broker final : public Fleet {
   std::uint32_t last_refresh_ms_ = 0;
 
   Connection* head_ = nullptr;     // every WebSocket connection
+  Connection* sweep_cursor_ = nullptr;  // the next one the sweep visits; null: a new pass
+  std::uint32_t sweep_slices_ = 1;      // timer ticks per pass
+  bool refresh_pass_ = false;           // this pass also refreshes the registry entries
   std::size_t connection_count_ = 0;
   // Registered rigs; the key views the Connection's own rig_id (erased before it goes).
   std::unordered_map<std::string_view, Connection*> rigs_;
