@@ -28,7 +28,7 @@ namespace fleetlink::broker {
 
 namespace {
 
-constexpr std::uint64_t kSweepSliceMs = 50;           // one slice of the connection walk per tick
+constexpr std::uint64_t kSweepSliceMs = 10;  // one slice of the connection walk per tick: pings leave ~10 at a time
 constexpr std::uint32_t kRegistryRefreshMs = 10000;   // registry entries (TTL 60 s) refreshed this often
 constexpr std::size_t kRxBufferSize = 128;   // small on purpose: frames are reassembled (LWS-NOTES); 128 vs 256: -120 B RSS per idle rig
 constexpr std::size_t kMaxArgs = 64;
