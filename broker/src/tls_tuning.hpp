@@ -38,6 +38,11 @@ Expected<TicketKey> load_or_create_ticket_key(const std::string& path);
 // (`cert_not_after` 0: no certificate in the ticket, never resumable).
 bool ticket_usable(std::time_t issued, std::time_t now, std::uint32_t lifetime_s, std::time_t cert_not_after);
 
+// Whether a resumed session gets a new ticket: only once its ticket is half its
+// lifetime old. Until then the rig keeps offering the ticket it has (TLS 1.3 allows
+// reuse without 0-RTT data, which the broker does not accept).
+bool ticket_needs_renewal(std::time_t issued, std::time_t now, std::uint32_t lifetime_s);
+
 struct RigTlsSettings {
   std::optional<TicketKey> ticket_key;      // none: no tickets, every connection is a full handshake
   std::uint32_t ticket_lifetime_s = 86400;

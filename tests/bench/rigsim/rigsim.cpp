@@ -526,7 +526,13 @@ void Simulator::on_event(std::uint32_t i, std::uint32_t ev) {
       if (o_.resume) {
         // on_new_session finds the rig by this (index + 1: never a null pointer)
         SSL_set_app_data(r.ssl, reinterpret_cast<void*>(static_cast<std::uintptr_t>(i) + 1));
-        if (sessions_[i] != nullptr) SSL_set_session(r.ssl, sessions_[i]);
+        if (sessions_[i] != nullptr) {
+          // A copy again: an OpenSSL 3.0 client marks a TLS 1.3 session it resumed as
+          // not resumable, while the broker may let a rig reuse a young ticket.
+          SSL_SESSION* offer = SSL_SESSION_dup(sessions_[i]);
+          if (offer != nullptr) SSL_set_session(r.ssl, offer);
+          SSL_SESSION_free(offer);
+        }
       }
       r.phase = Phase::tls_handshake;
       drive_tls_handshake(i);

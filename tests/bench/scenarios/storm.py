@@ -7,9 +7,16 @@ NAME = "storm"
 TRANSPORTS = ("plain", "mtls")
 
 
+def tls_handshakes(fleet):
+    """(full, resumed) TLS handshakes the rigs completed so far."""
+    snaps = [s.snapshot() for s in fleet.sims]
+    return (sum(s.get("tls_full", 0) for s in snaps), sum(s.get("tls_resumed", 0) for s in snaps))
+
+
 def run(ctx):
     fleet, broker = ctx.fleet, ctx.broker
     before = fleet.totals()
+    tls_before = tls_handshakes(fleet)
     t_kill = time.time() * 1000.0
     broker.kill()
     broker.start()
@@ -24,6 +31,7 @@ def run(ctx):
         time.sleep(0.01)
     broker_cpu = broker.cpu_seconds()
     after = fleet.totals()
+    tls_after = tls_handshakes(fleet)
     complete = len(done) == len(fleet.sims)
     return {
         "complete": complete,
@@ -35,5 +43,7 @@ def run(ctx):
         "failed_handshakes": after["failed_handshakes"] - before["failed_handshakes"],
         "connect_errors": after["connect_errors"] - before["connect_errors"],
         "rigsim_cpu_s": round(after["cpu_s"] - before["cpu_s"], 3),
+        "tls_full": tls_after[0] - tls_before[0],
+        "tls_resumed": tls_after[1] - tls_before[1],
         "admission": ctx.admission,
     }

@@ -13,6 +13,7 @@
 using fleetlink::broker::kTicketKeyBytes;
 using fleetlink::broker::load_or_create_ticket_key;
 using fleetlink::broker::parse_ticket_key;
+using fleetlink::broker::ticket_needs_renewal;
 using fleetlink::broker::ticket_usable;
 
 namespace {
@@ -91,4 +92,12 @@ TEST_CASE("ticket validity: lifetime, certificate expiry, clock steps") {
   CHECK_FALSE(ticket_usable(now - 10, now, 86400, 0));            // no certificate in the ticket
   CHECK(ticket_usable(now + 30, now, 86400, cert_ok));            // small clock difference
   CHECK_FALSE(ticket_usable(now + 3600, now, 86400, cert_ok));    // issued "in the future"
+}
+
+TEST_CASE("ticket renewal: a resumed session keeps a young ticket, renews one past half its lifetime") {
+  const std::time_t now = 1'800'000'000;
+  CHECK_FALSE(ticket_needs_renewal(now, now, 86400));
+  CHECK_FALSE(ticket_needs_renewal(now - 43199, now, 86400));
+  CHECK(ticket_needs_renewal(now - 43200, now, 86400));
+  CHECK(ticket_needs_renewal(now - 86400, now, 86400));
 }
