@@ -6,9 +6,10 @@
 // keeps ids made in one process strictly increasing, even if the wall clock steps back.
 #include "fleetlink/uuid.hpp"
 
+#include <pthread.h>
 #include <sys/random.h>
-#include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -30,6 +31,18 @@ void fill_random(std::uint8_t* out, std::size_t n) {
     }
     done += static_cast<std::size_t>(got);
   }
+}
+
+// Bumped in every child process right after fork(): a pool filled before the
+// fork is never used after it.
+std::atomic<std::uint64_t>& fork_generation() {
+  static std::atomic<std::uint64_t> generation{0};
+  static const bool registered = [] {
+    ::pthread_atfork(nullptr, nullptr, [] { fork_generation().fetch_add(1, std::memory_order_relaxed); });
+    return true;
+  }();
+  (void)registered;
+  return generation;
 }
 
 class Generator {
@@ -70,11 +83,13 @@ class Generator {
   // per id was a syscall per command. Refilled after fork() so a child never
   // repeats its parent's bytes.
   void take_random(std::uint8_t* out, std::size_t n) {
-    const pid_t pid = ::getpid();
-    if (pool_pos_ + n > sizeof pool_ || pool_pid_ != pid) {
+    // (getpid() is a system call too: the fork check is a counter that a
+    // pthread_atfork child handler bumps.)
+    const std::uint64_t generation = fork_generation().load(std::memory_order_relaxed);
+    if (pool_pos_ + n > sizeof pool_ || pool_generation_ != generation) {
       fill_random(pool_, sizeof pool_);
       pool_pos_ = 0;
-      pool_pid_ = pid;
+      pool_generation_ = generation;
     }
     std::memcpy(out, pool_ + pool_pos_, n);
     std::memset(pool_ + pool_pos_, 0, n);  // used bytes do not linger in memory
@@ -84,7 +99,7 @@ class Generator {
   std::mutex mu_;
   std::uint8_t pool_[1024] = {};
   std::size_t pool_pos_ = sizeof pool_;
-  pid_t pool_pid_ = 0;
+  std::uint64_t pool_generation_ = 0;
   std::uint64_t last_ms_ = 0;          // timestamp of the last id (may run ahead of the clock)
   std::uint64_t last_request_ms_ = 0;  // clock reading given for the last id
   std::uint16_t counter_ = 0;
