@@ -7,6 +7,7 @@ identity from the certificate carried in the ticket: a rig whose certificate doe
 not match its rig id is refused 4401 on a resumed session too."""
 import json
 import os
+import subprocess
 import shutil
 import stat
 import unittest
@@ -39,6 +40,13 @@ def refused_4401(status):
 
 
 class TlsResumption(LabTestCase):
+    def setUp(self):
+        super().setUp()
+        help_text = subprocess.run([binary("fleetlink-broker"), "--help"], capture_output=True,
+                                   text=True, timeout=30).stdout
+        if "--tls-ticket-key-file" not in help_text:
+            self.skipTest("this fleetlink-broker has no --tls-ticket-key-file")
+
     def cert_dir(self, good, impostor=None):
         """A rigsim --cert-dir: good rigs with their own certificates; the impostor rig id
         gets another rig's certificate and key."""
@@ -95,6 +103,20 @@ class TlsResumption(LabTestCase):
         log = broker.log()
         self.assertRegex(log, r"hello refused rig=rig-00002 .*subject=\S*rig-intruder")
         self.assertEqual(set(broker.rigs()), {"rig-00000", "rig-00001"})
+
+    def test_a_real_agent_resumes_after_a_broker_restart(self):
+        key_file = self.lab.path("ticket.key")
+        port = free_port()
+        broker = self.lab.broker(listen_port=port, tls_ticket_key_file=key_file)
+        agent = self.lab.agent("rig-a", broker)
+        broker.wait_rigs(["rig-a"])
+        agent.wait_log(r"tls full handshake with 127\.0\.0\.1:%d" % port)
+        mark = agent.log_size()
+        broker.kill()
+        broker = self.lab.broker(name="broker-2", listen_port=port, tls_ticket_key_file=key_file)
+        broker.wait_rigs(["rig-a"], timeout=20)
+        agent.wait_log(r"tls session resumed with 127\.0\.0\.1:%d" % port, start=mark)
+        self.assertEqual(broker.run("rig-a", "dmesg", {"lines": "5"})["state"], "done")
 
     def test_without_a_key_file_no_session_is_resumed(self):
         port = free_port()
