@@ -56,6 +56,17 @@ struct BatchPump {
   bool scheduled = false;
 };
 
+// Writes the event streams once per turn of the loop: every event of the turn
+// (up to a thousand ACKs read in one go) in one write per stream, right after
+// the turn's I/O, without arming POLLOUT. Runs as a zero-delay timer, which
+// libuv fires before it waits for I/O again. The first member, like BatchPump.
+struct StreamFlush {
+  lws_sorted_usec_list_t sul;  // must stay first
+  ControlState* state = nullptr;
+  bool scheduled = false;
+  std::vector<Transaction*> streams;  // with events queued since the last flush
+};
+
 // One per control vhost; owned by the vhost (freed at PROTOCOL_DESTROY).
 struct ControlState {
   ControlApiOptions options;  // options.host's buffer is the vhost's iface string
@@ -71,6 +82,7 @@ struct ControlState {
   lws_context* context = nullptr;
   BatchTable batches;
   BatchPump pump;
+  StreamFlush flush;
   std::vector<std::string> finished_cmds;  // from the sink, for the pump
   std::uint64_t batch_subscription = 0;
   bool batch_subscribed = false;
@@ -140,6 +152,7 @@ struct Transaction {
   std::uint64_t next_event_id = 1;
   SseQueue queue;
   bool write_requested = false;  // a writeable callback is on its way
+  bool flush_pending = false;    // listed in state->flush.streams
 };
 
 // lws zero-allocates this per transaction; it only holds our pointer.
@@ -228,6 +241,10 @@ void stop_stream(Transaction* tx) {
   }
   tx->subscribed = false;
   if (tx->state) tx->state->streams.erase(tx);
+  if (tx->flush_pending && tx->state) {
+    std::erase(tx->state->flush.streams, tx);
+    tx->flush_pending = false;
+  }
 }
 
 void destroy_transaction(PerSession* pss) {
@@ -306,25 +323,46 @@ int finish_hold(Transaction* tx) {
   return send_and_complete(tx, std::move(r));
 }
 
-// An event for a stream with nothing waiting (no queue, no writeable callback
-// pending, nothing lws still holds) is written at once: the watcher sees an
-// ACK without waiting for the rest of this turn of the loop, and no POLLOUT is
-// armed. The events that follow in the same turn queue up behind the writeable
-// callback and leave together in one write. False: queue it.
-bool write_event_now(Transaction* tx, const std::string& text) {
-  if (tx->write_requested || !tx->queue.empty() || tx->out_pos < tx->out.size() ||
+// Writes what a stream has queued, now, unless its writeable callback is due
+// anyway (then that callback writes it). Whatever does not fit one write waits
+// for the writeable callback.
+void flush_stream(Transaction* tx) {
+  if (tx->write_requested || tx->out_pos < tx->out.size() || tx->queue.empty() ||
       lws_partial_buffered(tx->wsi)) {
-    return false;
+    return;
   }
+  const std::string text = tx->queue.pop(kWriteChunk);
   std::vector<unsigned char> buf(LWS_PRE + text.size());
   std::memcpy(buf.data() + LWS_PRE, text.data(), text.size());
   const int written = lws_write(tx->wsi, buf.data() + LWS_PRE, text.size(), LWS_WRITE_HTTP);
-  if (written < 0 || static_cast<std::size_t>(written) != text.size()) {
-    tx->sse_closing = true;  // the writeable callback hangs up
-    tx->write_requested = true;
+  if (written < 0 || static_cast<std::size_t>(written) != text.size()) tx->sse_closing = true;
+  if (tx->sse_closing || !tx->queue.empty()) {
+    tx->write_requested = true;  // it hangs up, or writes the rest
     lws_callback_on_writable(tx->wsi);
   }
-  return true;
+}
+
+void run_stream_flush(lws_sorted_usec_list_t* sul) {
+  auto* flush = reinterpret_cast<StreamFlush*>(sul);
+  flush->scheduled = false;
+  std::vector<Transaction*> streams;
+  streams.swap(flush->streams);
+  for (Transaction* tx : streams) {
+    tx->flush_pending = false;
+    flush_stream(tx);
+  }
+}
+
+void flush_at_end_of_turn(Transaction* tx) {
+  ControlState* state = tx->state;
+  if (!tx->flush_pending) {
+    tx->flush_pending = true;
+    state->flush.streams.push_back(tx);
+  }
+  if (!state->flush.scheduled && state->context != nullptr) {
+    state->flush.scheduled = true;
+    lws_sul_schedule(state->context, 0, &state->flush.sul, run_stream_flush, 1);
+  }
 }
 
 int start_event_stream(Transaction* tx, const HttpResponse& r) {
@@ -342,13 +380,13 @@ int start_event_stream(Transaction* tx, const HttpResponse& r) {
   tx->subscription = state->fleet->subscribe([tx](const FleetEvent& event) {
     // Runs on the loop thread inside the Fleet (e.g. while a rig's ACK is read).
     if (tx->sse_closing) return;
-    std::string text = format_sse_event(event, tx->next_event_id++);
-    if (write_event_now(tx, text)) return;
-    if (!tx->queue.push(std::move(text))) {
+    if (!tx->queue.push(format_sse_event(event, tx->next_event_id++))) {
       tx->sse_closing = true;  // a client that does not read is dropped, not buffered forever
+      tx->write_requested = true;
+      lws_callback_on_writable(tx->wsi);
+      return;
     }
-    tx->write_requested = true;
-    lws_callback_on_writable(tx->wsi);
+    flush_at_end_of_turn(tx);
   });
   tx->subscribed = true;
   state->streams.insert(tx);
@@ -469,6 +507,7 @@ int callback_control(lws* wsi, lws_callback_reasons reason, void* user, void* in
         auto* state = static_cast<ControlState*>(lws_vhost_user(vh));
         if (state != nullptr && live_states().erase(state) > 0) {
           lws_sul_cancel(&state->pump.sul);
+          lws_sul_cancel(&state->flush.sul);
           delete state;
         }
       }
@@ -601,6 +640,7 @@ fleetlink::Expected<lws_vhost*> create_control_vhost(lws_context* context,
   state->metrics = &metrics;
   state->context = context;
   state->pump.state = state;
+  state->flush.state = state;
   live_states().insert(state);
 
   lws_context_creation_info info;
@@ -639,6 +679,10 @@ void shutdown_control_api(lws_vhost* vhost) {
   state->batch_subscribed = false;
   lws_sul_cancel(&state->pump.sul);
   state->pump.scheduled = false;
+  lws_sul_cancel(&state->flush.sul);
+  state->flush.scheduled = false;
+  state->flush.streams.clear();
+  for (Transaction* tx : state->streams) tx->flush_pending = false;
   state->shut_down = true;
   state->fleet = nullptr;
 }
