@@ -151,6 +151,7 @@ struct Transaction {
   bool subscribed = false;
   std::uint64_t next_event_id = 1;
   SseQueue queue;
+  std::vector<std::string> event_types;  // empty: every type
   bool write_requested = false;  // a writeable callback is on its way
   bool flush_pending = false;    // listed in state->flush.streams
 };
@@ -370,6 +371,7 @@ int start_event_stream(Transaction* tx, const HttpResponse& r) {
   headers.headers.emplace_back("X-Accel-Buffering", "no");
   if (!render_headers(tx->wsi, headers, 0, true, tx->out)) return -1;
   tx->sse = true;
+  tx->event_types = r.event_types;
   tx->out += "retry: 2000\n\n";
   // An SSE stream outlives a normal transaction: give back the header
   // table (a bounded pool) and drop any pending transaction timeout.
@@ -380,6 +382,10 @@ int start_event_stream(Transaction* tx, const HttpResponse& r) {
   tx->subscription = state->fleet->subscribe([tx](const FleetEvent& event) {
     // Runs on the loop thread inside the Fleet (e.g. while a rig's ACK is read).
     if (tx->sse_closing) return;
+    if (!tx->event_types.empty() &&
+        std::find(tx->event_types.begin(), tx->event_types.end(), event.type) == tx->event_types.end()) {
+      return;
+    }
     if (!tx->queue.push(format_sse_event(event, tx->next_event_id++))) {
       tx->sse_closing = true;  // a client that does not read is dropped, not buffered forever
       tx->write_requested = true;

@@ -28,6 +28,12 @@ HttpResponse json_error(int status, std::string_view code, std::string_view deta
 
 namespace {
 
+// Every event type the broker emits (see Broker::emit callers and docs/OPERATIONS.md).
+constexpr std::string_view kEventTypes[] = {"rig_connected", "rig_disconnected", "rig_event",
+                                             "command_acked", "command_done",     "command_nacked",
+                                             "command_lost",  "drain_started"};
+
+
 constexpr std::uint64_t kMaxDrainWindowMs = 24ULL * 3600 * 1000;
 constexpr std::uint64_t kDefaultHoldMs = 30'000;
 constexpr std::uint64_t kMaxHoldMs = 300'000;
@@ -494,6 +500,24 @@ HttpResponse route(const HttpRequest& req, Fleet& fleet, const BrokerMetrics& me
     HttpResponse r;
     r.content_type = "text/event-stream";
     r.event_stream = true;
+    // ?types=command_acked,command_done: a watcher that needs only some events
+    // does not pay (nor make the broker pay) for the others.
+    const auto query = parse_query(req.query);
+    if (const auto t = query.find("types"); t != query.end()) {
+      std::string_view rest = t->second;
+      while (!rest.empty()) {
+        const std::size_t comma = rest.find(',');
+        const std::string_view type = rest.substr(0, comma);
+        if (std::find(std::begin(kEventTypes), std::end(kEventTypes), type) == std::end(kEventTypes)) {
+          return json_error(400, "bad_request",
+                            "unknown event type '" + std::string(type.substr(0, 64)) +
+                                "' in types (known: rig_connected, rig_disconnected, rig_event, command_acked, "
+                                "command_done, command_nacked, command_lost, drain_started)");
+        }
+        r.event_types.emplace_back(type);
+        rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+      }
+    }
     return r;
   }
   return not_found(req.path);

@@ -39,6 +39,8 @@ struct HttpResponse {
   // GET /v1/events: the transport keeps the connection open and streams
   // Server-Sent Events after these headers (body is ignored).
   bool event_stream = false;
+  // Only these event types on that stream (GET /v1/events?types=a,b); empty: all.
+  std::vector<std::string> event_types;
   // Runs once the answer has been handed to the socket: for actions that may
   // end the process (a drain with no rigs exits at once), so the caller still
   // gets its answer. Not run if the control API was shut down meanwhile.

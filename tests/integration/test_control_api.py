@@ -190,6 +190,44 @@ class TestControlApi(harness.LabTestCase):
         done = json.loads(dict(events)["command_done"])
         self.assertEqual(done["rig_id"], "rig-a")
 
+    def test_events_stream_filtered_by_type(self):
+        broker = self.lab.broker()
+        self.lab.agent("rig-a", broker)
+        broker.wait_rigs(["rig-a"])
+        # Two streams: one wants only command_done, the other everything. The
+        # filtered one must see the RESULT's event and nothing else.
+        only_done = socket.create_connection((broker.control_host, broker.control_port), timeout=10)
+        only_done.sendall(b"GET /v1/events?types=command_done HTTP/1.1\r\nHost: x\r\n\r\n")
+        everything = socket.create_connection((broker.control_host, broker.control_port), timeout=10)
+        everything.sendall(b"GET /v1/events HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(0.3)
+        broker.run("rig-a", "dmesg", {"lines": 1})
+
+        def read_until_done(sock):
+            data = b""
+            deadline = time.monotonic() + 10
+            while b"command_done" not in data and time.monotonic() < deadline:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            time.sleep(0.2)  # anything sent after it would be read here
+            sock.setblocking(False)
+            try:
+                data += sock.recv(65536)
+            except BlockingIOError:
+                pass
+            sock.close()
+            return re.findall(r"event: (\w+)\n", data.decode())
+
+        self.assertEqual(read_until_done(only_done), ["command_done"])
+        kinds = read_until_done(everything)
+        self.assertIn("command_acked", kinds)
+        self.assertIn("command_done", kinds)
+        status, body = broker.api("GET", "/v1/events?types=command_acked,nonsense")
+        self.assertEqual(status, 400)
+        self.assertIn("nonsense", body["detail"])
+
     def test_dashboard_page(self):
         broker = self.lab.broker()
         status, headers, raw = raw_request(broker, "GET", "/")

@@ -183,7 +183,9 @@ bool Client::init() {
 bool Client::open_sse() {
   sse_.fd = dial();
   if (sse_.fd < 0) return false;
-  std::string req = "GET /v1/events HTTP/1.1\r\nHost: " + o_.control + "\r\nAccept: text/event-stream\r\n";
+  // Only the ACKs are read: the broker need not format the other events for us.
+  std::string req = "GET /v1/events?types=command_acked HTTP/1.1\r\nHost: " + o_.control +
+                    "\r\nAccept: text/event-stream\r\n";
   if (!o_.token.empty()) req += "Authorization: Bearer " + o_.token + "\r\n";
   req += "\r\n";
   if (send(sse_.fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<long>(req.size())) return false;

@@ -37,6 +37,10 @@ struct Fixture {
                     std::string auth = {}) {
     HttpRequest req;
     req.method = std::move(method);
+    if (const auto q = path.find('?'); q != std::string::npos) {
+      req.query = path.substr(q + 1);
+      path.resize(q);
+    }
     req.path = std::move(path);
     req.body = std::move(body);
     req.authorization = std::move(auth);
@@ -496,4 +500,18 @@ TEST_CASE("control: a batch's JSON text is what the JSON library would write, al
   const ordered k = ordered::parse(again.body);
   CHECK(fleetlink::broker::dump_json(k) == again.body);
   CHECK(k["rigs"][0]["state"] == "acked");
+}
+
+TEST_CASE("control: GET /v1/events takes an optional list of event types") {
+  Fixture f;
+  HttpResponse r = f.call("GET", "/v1/events");
+  CHECK(r.event_stream);
+  CHECK(r.event_types.empty());
+  r = f.call("GET", "/v1/events?types=command_acked,command_lost");
+  CHECK(r.event_stream);
+  CHECK(r.event_types == std::vector<std::string>{"command_acked", "command_lost"});
+  r = f.call("GET", "/v1/events?types=command_acked,nope");
+  CHECK_FALSE(r.event_stream);
+  CHECK(r.status == 400);
+  CHECK(body_of(r)["detail"].get<std::string>().find("'nope'") != std::string::npos);
 }
