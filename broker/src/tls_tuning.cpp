@@ -143,6 +143,17 @@ bool ticket_needs_renewal(std::time_t issued, std::time_t now, std::uint32_t lif
   return now - issued >= static_cast<std::time_t>(lifetime_s / 2);
 }
 
+bool refresh_ticket_if_due(SSL* ssl, const RigTlsSettings& settings, std::time_t now) {
+  if (ssl == nullptr || !settings.ticket_key || SSL_version(ssl) != TLS1_3_VERSION) return false;
+  // The connection's session carries the time of the ticket the rig holds: set when a
+  // ticket is issued, or restored from the ticket a resumption used without renewal.
+  const SSL_SESSION* session = SSL_get0_session(ssl);
+  if (session == nullptr) return false;
+  const std::time_t issued = static_cast<std::time_t>(SSL_SESSION_get_time(session));
+  if (!ticket_needs_renewal(issued, now, settings.ticket_lifetime_s)) return false;
+  return SSL_new_session_ticket(ssl) == 1;
+}
+
 Expected<void> configure_rig_ssl_ctx(SSL_CTX* ctx, const RigTlsSettings& settings) {
   // No server-side session cache either way: tickets are stateless.
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);

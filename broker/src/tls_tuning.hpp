@@ -49,6 +49,12 @@ struct RigTlsSettings {
   std::string ca_path;                      // binds tickets to the CA that verified their certificate
 };
 
+// Called before the broker writes a ping on an established rig connection: once the
+// ticket the rig holds is half its lifetime old, a fresh one goes out with that write
+// (SSL_new_session_ticket), so a rig connected for days still resumes after the next
+// restart. True when a ticket was scheduled. No-op without a ticket key or below TLS 1.3.
+bool refresh_ticket_if_due(SSL* ssl, const RigTlsSettings& settings, std::time_t now);
+
 // Applies the settings to the rig vhost's SSL_CTX (called from
 // LWS_CALLBACK_OPENSSL_LOAD_EXTRA_SERVER_VERIFY_CERTS). `settings` must outlive the
 // SSL_CTX: the ticket callback reads the lifetime from it.

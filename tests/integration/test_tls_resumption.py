@@ -118,6 +118,27 @@ class TlsResumption(LabTestCase):
         agent.wait_log(r"tls session resumed with 127\.0\.0\.1:%d" % port, start=mark)
         self.assertEqual(broker.run("rig-a", "dmesg", {"lines": "5"})["state"], "done")
 
+    def test_a_long_lived_connection_gets_a_fresh_ticket(self):
+        # Lifetime 60 s: the ticket from the handshake is due for renewal after 30 s, and
+        # the next ping carries a new one (a rig connected for days can still resume).
+        key_file = self.lab.path("ticket.key")
+        broker = self.lab.broker(tls_ticket_key_file=key_file, tls_ticket_lifetime_s=60,
+                                 ping_interval_ms=1000, pong_timeout_ms=800)
+        sim = self.rigsim(broker, 1, self.cert_dir(["rig-00000"]))
+        first = sim.wait(lambda s: s["connected"] == 1 and s["tls_tickets"] >= 1, 20, "rig connected")
+        self.assertEqual(first["tls_tickets"], 1, first)
+        later = sim.wait(lambda s: s["tls_tickets"] >= 2, 45, "a second ticket on the same connection")
+        self.assertEqual(later["connects"], first["connects"], later)   # same connection
+        self.assertEqual(later["connected"], 1, later)
+        # ... and the rig resumes with it after a restart.
+        port = broker.listen_port
+        broker.kill()
+        sim.wait(lambda s: s["connected"] == 0, 10, "rig notices the broker is gone")
+        self.lab.broker(name="broker-2", listen_port=port, tls_ticket_key_file=key_file,
+                        tls_ticket_lifetime_s=60)
+        back = sim.wait(lambda s: s["connected"] == 1, 20, "rig back")
+        self.assertEqual(back["tls_resumed"], 1, back)
+
     def test_without_a_key_file_no_session_is_resumed(self):
         port = free_port()
         broker = self.lab.broker(listen_port=port)

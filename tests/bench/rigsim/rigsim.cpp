@@ -154,7 +154,7 @@ struct Counters {
   std::uint64_t connects = 0, connect_errors = 0, tls_failures = 0, refused_503 = 0,
                 failed_handshakes = 0, upgrades = 0, welcomes = 0, commands = 0, acks = 0,
                 results = 0, pings = 0, goaways = 0, closes = 0, decode_errors = 0,
-                unexpected = 0, reconnects = 0, tls_full = 0, tls_resumed = 0;
+                unexpected = 0, reconnects = 0, tls_full = 0, tls_resumed = 0, tls_tickets = 0;
   std::map<unsigned, std::uint64_t> close_codes;  // received from the broker
 };
 
@@ -339,6 +339,7 @@ int Simulator::on_new_session(SSL* ssl, SSL_SESSION* session) {
   if (self == nullptr || tag == 0 || tag > self->sessions_.size()) return 0;
   SSL_SESSION* copy = SSL_SESSION_dup(session);
   if (copy == nullptr) return 0;
+  ++self->c_.tls_tickets;
   SSL_SESSION*& kept = self->sessions_[tag - 1];
   SSL_SESSION_free(kept);
   kept = copy;
@@ -734,12 +735,12 @@ void Simulator::status_line(const char* event) {
       ",\"tls_failures\":%" PRIu64 ",\"upgrades\":%" PRIu64 ",\"welcomes\":%" PRIu64 ",\"commands\":%" PRIu64
       ",\"acks\":%" PRIu64 ",\"results\":%" PRIu64 ",\"pings\":%" PRIu64 ",\"goaways\":%" PRIu64
       ",\"closes\":%" PRIu64 ",\"reconnects\":%" PRIu64 ",\"decode_errors\":%" PRIu64 ",\"unexpected\":%" PRIu64
-      ",\"tls_full\":%" PRIu64 ",\"tls_resumed\":%" PRIu64
+      ",\"tls_full\":%" PRIu64 ",\"tls_resumed\":%" PRIu64 ",\"tls_tickets\":%" PRIu64
       ",\"close_codes\":{%s},\"cpu_s\":%.3f,\"cert_cpu_s\":%.3f,\"maxrss_kb\":%ld}\n",
       event, now_ms(), o_.count, connected_, c_.connects, c_.connect_errors, c_.refused_503,
       c_.failed_handshakes, c_.tls_failures, c_.upgrades, c_.welcomes, c_.commands, c_.acks, c_.results,
       c_.pings, c_.goaways, c_.closes, c_.reconnects, c_.decode_errors, c_.unexpected, c_.tls_full,
-      c_.tls_resumed, codes.c_str(),
+      c_.tls_resumed, c_.tls_tickets, codes.c_str(),
       cpu_seconds(), cert_seconds_, rss_kb());
   std::fflush(stdout);
 }
