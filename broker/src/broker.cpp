@@ -158,6 +158,14 @@ Expected<void> Broker::start() {
 
   g_agent_protocols[0].tx_packet_size = cfg_.max_frame_bytes + 64;
 
+  rig_tls_.ca_path = cfg_.ca;
+  rig_tls_.ticket_lifetime_s = cfg_.tls_ticket_lifetime_s;
+  if (!cfg_.tls_ticket_key_file.empty()) {
+    auto key = load_or_create_ticket_key(cfg_.tls_ticket_key_file);
+    if (!key) return make_error(key.error().code, key.error().detail);
+    rig_tls_.ticket_key = *key;
+  }
+
   // The rig listener: TLS with a required client certificate, fed by our own accept().
   lws_context_creation_info vh{};
   vh.vhost_name = "agents";
@@ -340,12 +348,12 @@ int Broker::on_callback(lws* wsi, int reason, void* user, void* in, std::size_t 
       return 0;
     }
     case LWS_CALLBACK_OPENSSL_LOAD_EXTRA_SERVER_VERIFY_CERTS: {
-      // user = the vhost's SSL_CTX. Rigs hold one long connection and do not
-      // resume sessions: no server-side session cache and no TLS 1.3 tickets,
-      // which saves per-connection memory and handshake work in a storm.
+      // user = the vhost's SSL_CTX: no session cache; tickets only with a key file (tls_tuning.hpp).
       if (auto* ctx = static_cast<SSL_CTX*>(user)) {
-        SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
-        SSL_CTX_set_num_tickets(ctx, 0);
+        if (auto r = configure_rig_ssl_ctx(ctx, rig_tls_); !r) {
+          FL_ERROR("rig TLS setup: %s", r.error().detail.c_str());
+          return 1;
+        }
       }
       return 0;
     }
@@ -754,6 +762,7 @@ int Broker::on_writeable(Connection& c) {
     unsigned char ping[LWS_PRE + 4];
     std::uint32_t stamp = mono_ms();
     std::memcpy(ping + LWS_PRE, &stamp, sizeof stamp);
+    if (!c.plain) refresh_ticket_if_due(lws_get_ssl(c.wsi), rig_tls_, std::time(nullptr));  // rides on this write
     if (lws_write(c.wsi, ping + LWS_PRE, sizeof stamp, LWS_WRITE_PING) < 0) return -1;
     ++metrics_.pings_sent;
   } else if (c.want_welcome) {

@@ -25,6 +25,7 @@
 #include "keepalive.hpp"
 #include "metrics.hpp"
 #include "registry_backend.hpp"
+#include "tls_tuning.hpp"
 
 struct lws;
 struct lws_context;
@@ -113,6 +114,7 @@ class Broker final : public Fleet {
   std::uint64_t mono_us() const noexcept;
 
   BrokerConfig cfg_;
+  RigTlsSettings rig_tls_;  // read by the rig SSL_CTX's ticket callback: lives as long as the broker
   uv_loop_t* loop_;
   BrokerMetrics& metrics_;
   std::unique_ptr<RegistryBackend> registry_;

@@ -98,6 +98,10 @@ ParseOutcome parse_command_line(int argc, char** argv) {
   app.add_option("--tls-accept-timeout-s", cfg.tls_accept_timeout_s,
                  "a TLS handshake (and other lws-level waits) not finished by then is dropped")
       ->check(CLI::Range(1u, 3600u));
+  app.add_option("--tls-ticket-key-file", cfg.tls_ticket_key_file,
+                 "TLS 1.3 session tickets with this key (made 0600 if missing): rigs resume after a restart");
+  app.add_option("--tls-ticket-lifetime-s", cfg.tls_ticket_lifetime_s, "how long a session ticket may be resumed")
+      ->check(CLI::Range(60u, 604800u));
   app.add_option("--rig-rate", cfg.rig_rate, "inbound frames/s per connection")->check(CLI::PositiveNumber);
   app.add_option("--rig-burst", cfg.rig_burst)->check(CLI::PositiveNumber);
   app.add_option("--drain-window-ms", cfg.drain_window_ms);

@@ -41,6 +41,8 @@ struct BrokerConfig {
   std::uint32_t retry_after_max_s = 15;
   std::uint32_t max_pending_handshakes = 256;  // accepted, TLS/upgrade not finished yet
   std::uint32_t tls_accept_timeout_s = 30;     // lws kills a TLS accept not finished by then
+  std::string tls_ticket_key_file;             // empty: no TLS session tickets (tls_tuning.hpp)
+  std::uint32_t tls_ticket_lifetime_s = 86400;
   double rig_rate = 200;
   double rig_burst = 400;
   std::uint32_t drain_window_ms = 10000;

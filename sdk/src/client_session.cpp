@@ -7,6 +7,8 @@
 // written one per LWS_CALLBACK_CLIENT_WRITEABLE: a single writer.
 #include "fleetlink/client_session.hpp"
 
+#include "tls_session_store.hpp"
+
 #include <libwebsockets.h>
 #include <uv.h>
 
@@ -58,6 +60,7 @@ struct ClientSession::Impl {
   std::vector<BrokerUrl> urls;
   std::size_t url_index = 0;
   Backoff backoff;
+  detail::TlsSessionStore tls_sessions;  // resumes the TLS session at the next connect
 
   // ---- loop-thread state
   uv_loop_t loop{};
@@ -154,6 +157,7 @@ struct ClientSession::Impl {
     close_code = 0;
     close_reason.clear();
     st = SessionState::connecting;
+    tls_sessions.set_peer(u.host + ":" + std::to_string(u.port));
     log(7, "connecting to " + u.text);
     lws* w = lws_client_connect_via_info(&ci);
     if (!w) connection_lost(0, "connect to " + u.text + " failed");
@@ -490,11 +494,16 @@ lws_protocols ClientSession::Impl::protocols[2] = {
     {nullptr, nullptr, 0, 0, 0, nullptr, 0},
 };
 
-int ClientSession::Impl::lws_cb(lws* wsi, lws_callback_reasons reason, void* /*user*/, void* in,
+int ClientSession::Impl::lws_cb(lws* wsi, lws_callback_reasons reason, void* user, void* in,
                                 std::size_t len) {
   lws_context* ctx = lws_get_context(wsi);
   auto* self = ctx ? static_cast<Impl*>(lws_context_user(ctx)) : nullptr;
   if (!self) return 0;
+  if (reason == LWS_CALLBACK_OPENSSL_LOAD_EXTRA_CLIENT_VERIFY_CERTS) {  // user = the client SSL_CTX
+    self->tls_sessions.attach(static_cast<SSL_CTX*>(user),
+                              [self](int level, const std::string& line) { self->log(level, line); });
+    return 0;
+  }
   try {
     return self->callback(wsi, reason, in, len);
   } catch (...) {
