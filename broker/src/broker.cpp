@@ -377,6 +377,11 @@ int Broker::on_callback(lws* wsi, int reason, void* user, void* in, std::size_t 
       head_ = c;
       ++connection_count_;
       ++metrics_.connections_open;
+      if (SSL* ssl = c->plain ? nullptr : lws_get_ssl(wsi)) {
+        // Whether session tickets work (--tls-ticket-key-file): after a restart
+        // nearly every rig should resume.
+        ++(SSL_session_reused(ssl) ? metrics_.tls_resumed : metrics_.tls_full);
+      }
       FL_DEBUG("connection open peer=%s%s", peer_of(wsi).c_str(), c->plain ? " (plain ws)" : "");
       if (drain_.active) request_close(*c, CloseCode::going_away, "broker draining");
       return 0;

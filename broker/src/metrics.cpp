@@ -178,6 +178,10 @@ std::string BrokerMetrics::render_prometheus(
            "Commands whose connection ended before an ACK (not retransmitted).", commands_lost);
   w.simple("frames_in_total", "counter", "WebSocket frames received from rigs.", frames_in);
   w.simple("frames_out_total", "counter", "WebSocket frames sent to rigs.", frames_out);
+  w.simple("tls_handshakes_full_total", "counter",
+           "Rig TLS handshakes with certificate exchange and verification.", tls_full);
+  w.simple("tls_handshakes_resumed_total", "counter",
+           "Rig TLS sessions resumed from a session ticket (--tls-ticket-key-file).", tls_resumed);
   w.simple("commands_written_directly_total", "counter",
            "Commands written to the rig at once, without waiting for a writeable callback.", direct_writes);
   w.simple("frames_rejected_total", "counter",

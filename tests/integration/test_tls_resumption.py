@@ -7,6 +7,7 @@ identity from the certificate carried in the ticket: a rig whose certificate doe
 not match its rig id is refused 4401 on a resumed session too."""
 import json
 import os
+import re
 import subprocess
 import shutil
 import stat
@@ -103,6 +104,13 @@ class TlsResumption(LabTestCase):
         log = broker.log()
         self.assertRegex(log, r"hello refused rig=rig-00002 .*subject=\S*rig-intruder")
         self.assertEqual(set(broker.rigs()), {"rig-00000", "rig-00001"})
+        # The broker's own count says the same (what an operator watches after a restart).
+        status, text = broker.api("GET", "/metrics")
+        self.assertEqual(status, 200)
+        counts = {k: int(v) for k, v in re.findall(
+            r"^fleetlink_broker_tls_handshakes_(full|resumed)_total (\d+)$", text, re.M)}
+        self.assertEqual(counts["full"], 0, counts)
+        self.assertGreaterEqual(counts["resumed"], 4, counts)
 
     def test_a_real_agent_resumes_after_a_broker_restart(self):
         key_file = self.lab.path("ticket.key")
