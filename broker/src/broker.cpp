@@ -987,7 +987,7 @@ void Broker::sweep_one(Connection& c, std::uint32_t now, bool refresh) {
     // a rig that stopped reading is as dead as one that stopped answering.
     c.keepalive.ping_sent(now, keepalive_);
     c.want_ping = true;
-    lws_callback_on_writable(c.wsi);
+    send_now_or_when_writable(c);
   }
 }
 
@@ -1049,15 +1049,14 @@ EnqueueOutcome Broker::enqueue(std::string_view rig_id, std::string kind, String
 }
 
 void Broker::send_now_or_when_writable(Connection& c) {
-  // The single writer is the writeable callback; a command that finds nothing
-  // else waiting for it (no ping, WELCOME, CANCEL or older command, nothing lws
-  // still holds from a partial write) is written at once instead: one send()
-  // where arming POLLOUT would cost two epoll_ctl() and a turn of the loop. The
-  // order on the wire is the same, and lws keeps what the socket does not take
-  // and flushes it before our next writeable callback.
-  const bool only_this = c.phase == ConnPhase::live && c.outbox.unsent() == 1 && !c.want_ping &&
-                         !c.want_welcome && !c.has_cancels && !c.want_goaway;
-  if (!only_this || lws_partial_buffered(c.wsi)) {
+  // The writeable callback is the single writer; a frame that finds nothing lws
+  // still holds from a partial write is written at once instead: one send()
+  // where arming POLLOUT would cost two epoll_ctl() and a turn of the loop.
+  // on_writeable() writes the most urgent frame waiting (ping, WELCOME, CANCEL,
+  // the oldest command, GOAWAY), so the order on the wire is the same either
+  // way; whatever else waits, or whatever the socket does not take, goes out
+  // from the writeable callback as before.
+  if (c.phase != ConnPhase::live || lws_partial_buffered(c.wsi)) {
     lws_callback_on_writable(c.wsi);
     return;
   }

@@ -182,8 +182,9 @@ std::string BrokerMetrics::render_prometheus(
            "Rig TLS handshakes with certificate exchange and verification.", tls_full);
   w.simple("tls_handshakes_resumed_total", "counter",
            "Rig TLS sessions resumed from a session ticket (--tls-ticket-key-file).", tls_resumed);
-  w.simple("commands_written_directly_total", "counter",
-           "Commands written to the rig at once, without waiting for a writeable callback.", direct_writes);
+  w.simple("frames_written_directly_total", "counter",
+           "Frames (commands, pings) written to a rig at once, without waiting for a writeable callback.",
+           direct_writes);
   w.simple("frames_rejected_total", "counter",
            "Inbound frames rejected (malformed, oversized, over the rate limit).",
            frames_rejected);
