@@ -15,12 +15,15 @@
 #include <new>
 #include <optional>
 #include <set>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "command_table.hpp"
 #include "control_batches.hpp"
 #include "control_json.hpp"
 #include "control_routes.hpp"
+#include "control_stream.hpp"
 #include "http_message.hpp"
 #include "http_util.hpp"
 #include "sse.hpp"
@@ -39,6 +42,7 @@ constexpr int kKeepAliveIdleSecs = 60;
 
 struct Transaction;
 struct ControlState;
+struct StreamSession;
 
 // Every live ControlState, so that a vhost whose creation failed half-way
 // (and may or may not have run PROTOCOL_DESTROY) is freed exactly once.
@@ -65,6 +69,7 @@ struct StreamFlush {
   ControlState* state = nullptr;
   bool scheduled = false;
   std::vector<Transaction*> streams;  // with events queued since the last flush
+  std::vector<StreamSession*> sessions;  // control streams (/v1/stream) likewise
 };
 
 // One per control vhost; owned by the vhost (freed at PROTOCOL_DESTROY).
@@ -74,6 +79,7 @@ struct ControlState {
   BrokerMetrics* metrics = nullptr;
   bool shut_down = false;
   std::set<Transaction*> streams;  // transactions subscribed to the Fleet (SSE, held POSTs)
+  std::set<StreamSession*> sessions;  // open control streams (WebSocket /v1/stream)
   // Connections that already completed a keep-alive transaction: only their
   // later requests can be pipelined ones (see request_is_pipelined).
   std::unordered_set<lws*> kept_alive;
@@ -328,8 +334,10 @@ int finish_hold(Transaction* tx) {
 // anyway (then that callback writes it). Whatever does not fit one write waits
 // for the writeable callback.
 void flush_stream(Transaction* tx) {
-  if (tx->write_requested || tx->out_pos < tx->out.size() || tx->queue.empty() ||
-      lws_partial_buffered(tx->wsi)) {
+  if (tx->write_requested || tx->queue.empty()) return;
+  if (tx->out_pos < tx->out.size() || lws_partial_buffered(tx->wsi)) {
+    tx->write_requested = true;  // the writeable callback writes the queue after what is pending
+    lws_callback_on_writable(tx->wsi);
     return;
   }
   const std::string text = tx->queue.pop(kWriteChunk);
@@ -343,6 +351,83 @@ void flush_stream(Transaction* tx) {
   }
 }
 
+// One WebSocket control stream (control_stream.hpp): the commands it sent and is
+// still reporting on, and the answer lines not written yet.
+struct StreamSession {
+  ControlState* state = nullptr;
+  lws* wsi = nullptr;
+  std::string rx;     // a frame arriving in pieces
+  std::string out;    // answer lines waiting for the end of the turn
+  std::size_t out_pos = 0;
+  struct Watched {
+    std::string ref;
+    bool until_done = true;
+  };
+  std::unordered_map<std::string, Watched, TransparentStringHash, std::equal_to<>> watched;  // by cmd_id
+  std::uint64_t subscription = 0;
+  bool subscribed = false;
+  bool flush_pending = false;
+  bool write_requested = false;
+  bool closing = false;    // a close is under way: nothing more is read or written
+};
+
+// What a control stream buffers for a client that does not read: past it, 1008.
+constexpr std::size_t kMaxStreamBacklog = 16 * 1024 * 1024;
+
+// lws zero-allocates this per connection; it only holds our pointer.
+struct StreamPerSession {
+  StreamSession* session;
+};
+
+void close_session(StreamSession* s, lws_close_status code, std::string reason) {
+  if (s->closing) return;
+  s->closing = true;
+  if (reason.size() > 123) reason.resize(123);
+  // The polite way (a close frame with our code, then lws waits for the peer's),
+  // as the rig connections do: see Broker::request_close.
+  lws_close_reason(s->wsi, code, reinterpret_cast<unsigned char*>(reason.data()), reason.size());
+  lws_set_timeout(s->wsi, PENDING_TIMEOUT_HTTP_KEEPALIVE_IDLE, LWS_TO_KILL_ASYNC);
+  lws_cancel_service(lws_get_context(s->wsi));
+}
+
+// Writes the session's pending lines as one text frame unless a writeable
+// callback is due (it writes them) or lws still holds part of the last one.
+void write_session(StreamSession* s) {
+  if (s->closing || s->out_pos >= s->out.size()) return;
+  if (lws_partial_buffered(s->wsi)) {  // lws first sends what it holds, then calls us
+    s->write_requested = true;
+    lws_callback_on_writable(s->wsi);
+    return;
+  }
+  const std::size_t n = std::min(kWriteChunk, s->out.size() - s->out_pos);
+  std::vector<unsigned char> buf(LWS_PRE + n);
+  std::memcpy(buf.data() + LWS_PRE, s->out.data() + s->out_pos, n);
+  if (lws_write(s->wsi, buf.data() + LWS_PRE, n, LWS_WRITE_TEXT) < 0) {
+    close_session(s, LWS_CLOSE_STATUS_ABNORMAL_CLOSE, "write failed");
+    return;
+  }
+  s->out_pos += n;
+  if (s->out_pos >= s->out.size()) {
+    s->out.clear();
+    s->out_pos = 0;
+  } else {
+    s->write_requested = true;
+    lws_callback_on_writable(s->wsi);
+  }
+}
+
+void flush_session_at_end_of_turn(StreamSession* s);
+
+void queue_line(StreamSession* s, std::string line) {
+  if (s->closing) return;
+  if (s->out.size() - s->out_pos + line.size() > kMaxStreamBacklog) {
+    close_session(s, LWS_CLOSE_STATUS_POLICY_VIOLATION, "client does not read its answers");
+    return;
+  }
+  s->out += line;
+  flush_session_at_end_of_turn(s);
+}
+
 void run_stream_flush(lws_sorted_usec_list_t* sul) {
   auto* flush = reinterpret_cast<StreamFlush*>(sul);
   flush->scheduled = false;
@@ -352,6 +437,27 @@ void run_stream_flush(lws_sorted_usec_list_t* sul) {
     tx->flush_pending = false;
     flush_stream(tx);
   }
+  std::vector<StreamSession*> sessions;
+  sessions.swap(flush->sessions);
+  for (StreamSession* s : sessions) {
+    s->flush_pending = false;
+    if (!s->write_requested) write_session(s);
+  }
+}
+
+void schedule_flush(ControlState* state) {
+  if (!state->flush.scheduled && state->context != nullptr) {
+    state->flush.scheduled = true;
+    lws_sul_schedule(state->context, 0, &state->flush.sul, run_stream_flush, 1);
+  }
+}
+
+void flush_session_at_end_of_turn(StreamSession* s) {
+  if (!s->flush_pending) {
+    s->flush_pending = true;
+    s->state->flush.sessions.push_back(s);
+  }
+  schedule_flush(s->state);
 }
 
 void flush_at_end_of_turn(Transaction* tx) {
@@ -360,10 +466,7 @@ void flush_at_end_of_turn(Transaction* tx) {
     tx->flush_pending = true;
     state->flush.streams.push_back(tx);
   }
-  if (!state->flush.scheduled && state->context != nullptr) {
-    state->flush.scheduled = true;
-    lws_sul_schedule(state->context, 0, &state->flush.sul, run_stream_flush, 1);
-  }
+  schedule_flush(state);
 }
 
 int start_event_stream(Transaction* tx, const HttpResponse& r) {
@@ -585,6 +688,11 @@ int callback_control(lws* wsi, lws_callback_reasons reason, void* user, void* in
       if (pss == nullptr || pss->tx == nullptr) return -1;
       return respond(pss->tx);
 
+    case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
+      // A WebSocket upgrade that did not ask for "fleetlink-stream" lands on this
+      // (HTTP) protocol: there is nothing here to talk to.
+      return 1;
+
     case LWS_CALLBACK_HTTP_WRITEABLE:
       if (pss == nullptr || pss->tx == nullptr || !pss->tx->responding) return 0;
       return write_pending(wsi, pss->tx);
@@ -623,8 +731,127 @@ int callback_control(lws* wsi, lws_callback_reasons reason, void* user, void* in
   return lws_callback_http_dummy(wsi, reason, user, in, len);
 }
 
+// ---- the control stream (GET /v1/stream, subprotocol "fleetlink-stream") ----
+
+constexpr std::size_t kMaxStreamFrame = 1024 * 1024;  // a request frame; more: 1009
+
+void on_stream_line(StreamSession* s, std::string_view line) {
+  ControlState* state = s->state;
+  stream::Request request = stream::parse_line(line);
+  if (auto* e = std::get_if<stream::LineError>(&request)) {
+    queue_line(s, stream::error_line(*e));
+    return;
+  }
+  auto& send = std::get<stream::SendRequest>(request);
+  if (state->shut_down || state->fleet == nullptr) {
+    queue_line(s, stream::error_line({send.ref, "shutting_down", "the broker is shutting down"}));
+    return;
+  }
+  EnqueueOutcome outcome = state->fleet->enqueue(send.rig_id, std::move(send.kind), std::move(send.args));
+  if (const auto* ok = std::get_if<EnqueueOk>(&outcome)) {
+    queue_line(s, stream::queued_line(send.ref, *ok));
+    s->watched[ok->cmd_id] = StreamSession::Watched{std::move(send.ref), send.until_done};
+  } else {
+    queue_line(s, stream::refused_line(send.ref, std::get<EnqueueFailure>(outcome)));
+  }
+}
+
+// The Fleet's events about this stream's commands, as answer lines.
+void on_stream_event(StreamSession* s, const FleetEvent& event) {
+  if (s->closing || event.cmd_id.empty()) return;
+  const std::string_view op = stream::op_for_event(event.type);
+  if (op.empty()) return;
+  const auto it = s->watched.find(event.cmd_id);
+  if (it == s->watched.end()) return;
+  queue_line(s, stream::event_line(op, it->second.ref, event.cmd_id, event.detail));
+  if (op != "acked" || !it->second.until_done) s->watched.erase(it);
+}
+
+void destroy_session(StreamPerSession* pss) {
+  if (pss == nullptr || pss->session == nullptr) return;
+  StreamSession* s = pss->session;
+  pss->session = nullptr;
+  ControlState* state = s->state;
+  // (The state may already be gone while the context is destroyed.)
+  if (state != nullptr && live_states().count(state) > 0) {
+    if (s->subscribed && !state->shut_down && state->fleet != nullptr) state->fleet->unsubscribe(s->subscription);
+    state->sessions.erase(s);
+    if (s->flush_pending) std::erase(state->flush.sessions, s);
+  }
+  delete s;
+}
+
+int callback_stream(lws* wsi, lws_callback_reasons reason, void* user, void* in, std::size_t len) {
+  auto* pss = static_cast<StreamPerSession*>(user);
+  StreamSession* s = pss != nullptr ? pss->session : nullptr;
+  switch (reason) {
+    case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION: {
+      // The upgrade request's headers are still here: the same bearer token as the API.
+      ControlState* state = state_of(wsi);
+      if (state == nullptr || state->shut_down || state->fleet == nullptr) return 1;
+      if (!state->options.token.empty() &&
+          !bearer_token_matches(header_value(wsi, WSI_TOKEN_HTTP_AUTHORIZATION), state->options.token)) {
+        return 1;
+      }
+      return 0;
+    }
+    case LWS_CALLBACK_ESTABLISHED: {
+      ControlState* state = state_of(wsi);
+      if (pss == nullptr || state == nullptr || state->shut_down || state->fleet == nullptr) return -1;
+      s = new (std::nothrow) StreamSession();
+      if (s == nullptr) return -1;
+      s->state = state;
+      s->wsi = wsi;
+      pss->session = s;
+      state->sessions.insert(s);
+      s->subscription = state->fleet->subscribe([s](const FleetEvent& event) { on_stream_event(s, event); });
+      s->subscribed = true;
+      return 0;
+    }
+    case LWS_CALLBACK_RECEIVE: {
+      if (s == nullptr) return -1;
+      if (s->closing) return 0;
+      if (lws_frame_is_binary(wsi)) {
+        close_session(s, LWS_CLOSE_STATUS_UNACCEPTABLE_OPCODE, "text frames of JSON lines only");
+        return 0;
+      }
+      if (s->rx.size() + len > kMaxStreamFrame) {
+        close_session(s, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE, "frame over 1 MiB");
+        return 0;
+      }
+      s->rx.append(static_cast<const char*>(in), len);
+      if (!lws_is_final_fragment(wsi) || lws_remaining_packet_payload(wsi) > 0) return 0;
+      std::string frame;
+      frame.swap(s->rx);
+      std::string_view rest(frame);
+      while (!rest.empty() && !s->closing) {
+        const std::size_t nl = rest.find('\n');
+        std::string_view line = rest.substr(0, nl);
+        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+        if (!line.empty()) on_stream_line(s, line);
+        rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+      }
+      return 0;
+    }
+    case LWS_CALLBACK_SERVER_WRITEABLE:
+      if (s == nullptr) return -1;
+      s->write_requested = false;
+      write_session(s);
+      return 0;
+    case LWS_CALLBACK_CLOSED:
+    case LWS_CALLBACK_WSI_DESTROY:
+      destroy_session(pss);
+      return 0;
+    default:
+      break;
+  }
+  return 0;
+}
+
 const lws_protocols kProtocols[] = {
     {"fleetlink-control", callback_control, sizeof(PerSession), 0, 0, nullptr, 0},
+    // The control stream: chosen by the upgrade's Sec-WebSocket-Protocol.
+    {"fleetlink-stream", callback_stream, sizeof(StreamPerSession), 16 * 1024, 0, nullptr, 0},
     {nullptr, nullptr, 0, 0, 0, nullptr, 0},
 };
 
@@ -681,6 +908,11 @@ void shutdown_control_api(lws_vhost* vhost) {
     if (tx->hold) tx->hold_done = true;  // answered with what is known now
     lws_callback_on_writable(tx->wsi);
   }
+  for (StreamSession* s : state->sessions) {
+    if (s->subscribed) state->fleet->unsubscribe(s->subscription);
+    s->subscribed = false;
+    close_session(s, LWS_CLOSE_STATUS_GOINGAWAY, "broker shutting down");
+  }
   if (state->batch_subscribed) state->fleet->unsubscribe(state->batch_subscription);
   state->batch_subscribed = false;
   lws_sul_cancel(&state->pump.sul);
@@ -688,6 +920,8 @@ void shutdown_control_api(lws_vhost* vhost) {
   lws_sul_cancel(&state->flush.sul);
   state->flush.scheduled = false;
   state->flush.streams.clear();
+  for (StreamSession* s : state->flush.sessions) s->flush_pending = false;
+  state->flush.sessions.clear();
   for (Transaction* tx : state->streams) tx->flush_pending = false;
   state->shut_down = true;
   state->fleet = nullptr;

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "http_head.hpp"
+#include "stream_client.hpp"
 
 namespace fb = fleetlink::bench;
 using nlohmann::json;
@@ -571,6 +572,65 @@ json latency_summary(const std::vector<Cmd>& cmds, std::size_t skip) {
   return j;
 }
 
+// --ack-via stream: the rtt and pipeline modes over the control stream
+// (GET /v1/stream): each command a JSON line, its ACK an "acked" line on the same
+// socket; commands ready together leave in one frame.
+int run_stream_mode(const Options& o) {
+  if (o.mode != "rtt" && o.mode != "pipeline") {
+    std::fprintf(stderr, "benchctl: --ack-via stream supports --mode rtt and pipeline\n");
+    return 2;
+  }
+  fleetlink::bench::StreamClient stream(o.control, o.token);
+  std::string error;
+  if (!stream.connect(error)) {
+    std::printf("{\"error\":\"%s\"}\n", error.c_str());
+    return 2;
+  }
+  std::mt19937_64 rng(o.seed);
+  std::uniform_int_distribution<unsigned> pick(0, o.rig_count - 1);
+  const bool rtt = o.mode == "rtt";
+  const std::size_t total = rtt ? o.warmup + o.count : o.count;
+  char name[96];
+  std::vector<fleetlink::bench::StreamCommand> sc(total);
+  std::vector<Cmd> cmds(total);
+  for (std::size_t k = 0; k < total; ++k) {
+    cmds[k].rig = pick(rng);
+    std::snprintf(name, sizeof name, "%s%0*u", o.rig_prefix.c_str(), static_cast<int>(o.index_width),
+                  o.start_index + cmds[k].rig);
+    sc[k].rig_id = name;
+  }
+  const double cpu0 = cpu_seconds();
+  const bool ok = stream.run(sc, rtt ? 1U : o.inflight, o.kind, o.timeout_s, error);
+  for (std::size_t k = 0; k < total; ++k) {
+    cmds[k].t_send = sc[k].t_send;
+    cmds[k].t_ack = sc[k].t_ack;
+    cmds[k].state = sc[k].acked ? CmdState::acked : CmdState::failed;
+  }
+  json result;
+  result["mode"] = o.mode;
+  result["ack_via"] = o.ack_via;
+  result["rig_count"] = o.rig_count;
+  result.update(latency_summary(cmds, o.warmup));
+  result["sent"] = total;
+  if (!rtt) {
+    std::int64_t first = INT64_MAX, last = 0;
+    for (std::size_t k = o.warmup; k < cmds.size(); ++k) {
+      first = std::min(first, cmds[k].t_send);
+      last = std::max(last, cmds[k].t_ack);
+    }
+    const double secs = last > first ? static_cast<double>(last - first) / 1e9 : 0;
+    result["cmds_per_s"] = secs > 0 ? static_cast<double>(result["counted"].get<std::size_t>()) / secs : 0.0;
+    result["inflight"] = o.inflight;
+  }
+  result["complete"] = ok;
+  result["errors"] = ok ? 0 : 1;
+  result["first_error"] = error;
+  result["ack_fallbacks"] = 0;
+  result["cpu_s"] = cpu_seconds() - cpu0;
+  std::printf("%s\n", result.dump().c_str());
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -579,7 +639,7 @@ int main(int argc, char** argv) {
   app.add_option("--control", o.control, "HOST:PORT of the broker's control API");
   app.add_option("--token", o.token, "bearer token");
   app.add_option("--mode", o.mode, "rtt | pipeline | fanout (a POST per rig) | fanout-set (one target-set POST)");
-  app.add_option("--ack-via", o.ack_via, "sse | wait | poll");
+  app.add_option("--ack-via", o.ack_via, "sse | wait | poll | stream (GET /v1/stream; rtt and pipeline)");
   app.add_option("--rig-prefix", o.rig_prefix);
   app.add_option("--index-width", o.index_width);
   app.add_option("--start-index", o.start_index);
@@ -594,6 +654,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed);
   CLI11_PARSE(app, argc, argv);
 
+  if (o.ack_via == "stream") return run_stream_mode(o);
   Client client(o);
   if (!client.init()) {
     std::printf("{\"error\":\"init failed\"}\n");

@@ -265,8 +265,9 @@ class Fleet:
 
 
 def benchctl(bench, control, mode, n, **kw):
+    # A scenario may name its own ack_via (the control stream); otherwise --ack-via.
     argv = [bench.binary("fleetlink-benchctl"), "--control", control, "--mode", mode,
-            "--rig-count", str(n), "--ack-via", bench.ack_via]
+            "--rig-count", str(n), "--ack-via", kw.pop("ack_via", bench.ack_via)]
     for key, value in kw.items():
         argv += ["--" + key.replace("_", "-"), str(value)]
     out = subprocess.run(_pinned(bench.load_cpu, argv), capture_output=True, text=True,
