@@ -668,7 +668,7 @@ void Broker::on_ack(Connection& c, const msg::Ack& ack) {
   c.outbox.record_ack(ack.seq, now);
   ++metrics_.commands_acked;
   metrics_.ack_latency_seconds.observe(static_cast<double>(now - std::min(now, entry->enqueued_ms)) / 1000.0);
-  if (CommandView* v = commands_.find(entry->cmd_id)) {
+  if (CommandView* v = entry->view ? entry->view : commands_.find(entry->cmd_id)) {
     if (v->state == CommandState::queued || v->state == CommandState::sent) v->state = CommandState::acked;
     v->acked_at_ms = now;
     v->duplicate = ack.duplicate;
@@ -686,7 +686,7 @@ void Broker::on_nack(Connection& c, const msg::Nack& nack) {
   }
   ++metrics_.commands_nacked;
   std::uint64_t now = wall_ms();
-  if (CommandView* v = commands_.find(entry->cmd_id)) {
+  if (CommandView* v = entry->view ? entry->view : commands_.find(entry->cmd_id)) {
     commands_.finish(*v, CommandState::nacked);
     v->nack = nack;
     v->finished_at_ms = now;
@@ -718,8 +718,10 @@ void Broker::on_result(Connection& c, msg::Result result) {
             c.rig_id.c_str(), result.cmd_id.c_str(), static_cast<unsigned long long>(lost),
             static_cast<unsigned long long>(v->stream_gap_bytes),
             static_cast<unsigned long long>(result.dropped_bytes - lost));
-  // A result whose ACK was never seen settles the command too.
-  if (v->state == CommandState::queued || v->state == CommandState::sent) c.outbox.settle_cmd(v->cmd_id);
+  // A result whose ACK was never seen settles the command too (also when OUTPUT
+  // came first and made it "running"): a finished command never stays in an
+  // outbox, where it would later be reported lost.
+  if (v->state != CommandState::acked) c.outbox.settle_cmd(v->cmd_id);
   commands_.finish(*v, CommandState::done);
   v->finished_at_ms = wall_ms();
   if (!v->acked_at_ms) v->acked_at_ms = v->finished_at_ms;
@@ -793,7 +795,7 @@ int Broker::on_writeable(Connection& c) {
   } else if (const OutboxEntry* e = c.outbox.next_unsent()) {
     std::uint64_t now = wall_ms();
     std::uint64_t seq = e->seq;
-    CommandView* v = commands_.find(e->cmd_id);
+    CommandView* v = e->view ? e->view : commands_.find(e->cmd_id);
     if (v) {
       msg::Command cmd;
       cmd.seq = seq;
@@ -857,7 +859,7 @@ void Broker::unregister(Connection& c, const std::string& why) {
     std::uint64_t now = wall_ms();
     for (auto& e : c.outbox.take_all()) {
       ++metrics_.commands_lost;
-      if (CommandView* v = commands_.find(e.cmd_id)) {
+      if (CommandView* v = e.view ? e.view : commands_.find(e.cmd_id)) {
         commands_.finish(*v, CommandState::lost);
         v->finished_at_ms = now;
       }
@@ -1041,7 +1043,7 @@ EnqueueOutcome Broker::enqueue(std::string_view rig_id, std::string kind, String
   v.enqueued_at_ms = now;
   FL_DEBUG("enqueue rig=%s seq=%llu cmd=%s kind=%s", c.rig_id.c_str(), static_cast<unsigned long long>(seq),
            cmd_id.c_str(), v.kind.c_str());
-  commands_.insert(std::move(v));
+  c.outbox.set_view(seq, commands_.insert(std::move(v)));
   ++metrics_.commands_enqueued;
   metrics_.outbox_depth.observe(static_cast<double>(c.outbox.size()));
   send_now_or_when_writable(c);

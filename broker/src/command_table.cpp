@@ -36,12 +36,19 @@ std::uint64_t reconcile_result(const CommandView& v, msg::Result& r) {
   return lost;
 }
 
-void CommandTable::insert(CommandView view) {
+CommandView* CommandTable::insert(CommandView view) {
   std::string id = view.cmd_id;
   const bool done = finished(view.state);
-  by_id_.insert_or_assign(id, std::move(view));
-  if (done) finished_.push_back(std::move(id));
-  evict();
+  auto [it, inserted] = by_id_.insert_or_assign(id, std::move(view));
+  (void)inserted;
+  if (done) {
+    finished_.push_back(id);
+    evict();
+    return find(id);
+  }
+  CommandView* placed = &it->second;
+  evict();  // erases finished commands only: `placed` stays valid
+  return placed;
 }
 
 void CommandTable::finish(CommandView& v, CommandState final_state) {

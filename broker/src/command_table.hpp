@@ -44,8 +44,9 @@ class CommandTable {
  public:
   explicit CommandTable(std::size_t capacity) : capacity_(capacity) {}
 
-  // May evict at once a command inserted already finished.
-  void insert(CommandView view);
+  // The command's place in the table (stable until it is evicted), or nullptr
+  // when a command inserted already finished was evicted at once.
+  CommandView* insert(CommandView view);
   // Puts v (a command of this table) in its final state and makes it evictable.
   void finish(CommandView& v, CommandState final_state);
   CommandView* find(std::string_view cmd_id);

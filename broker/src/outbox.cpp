@@ -18,9 +18,13 @@ std::optional<Outbox::Full> Outbox::enqueue(std::string cmd_id, std::uint64_t no
   if (entries_.capacity() == entries_.size())
     entries_.reserve(std::min<std::size_t>(capacity, std::max<std::size_t>(4, entries_.size() * 2)));
   std::uint64_t seq = next_seq_++;
-  entries_.push_back(OutboxEntry{seq, now_ms, 0, std::move(cmd_id)});
+  entries_.push_back(OutboxEntry{seq, now_ms, 0, std::move(cmd_id), nullptr});
   if (seq_out) *seq_out = seq;
   return std::nullopt;
+}
+
+void Outbox::set_view(std::uint64_t seq, CommandView* view) noexcept {
+  if (!entries_.empty() && entries_.back().seq == seq) entries_.back().view = view;
 }
 
 const OutboxEntry* Outbox::next_unsent() const noexcept {

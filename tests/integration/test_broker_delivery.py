@@ -81,6 +81,33 @@ class BrokerDeliveryTest(LabTestCase):
         status, body = broker.send("rig-a", "dmesg")
         self.assertEqual(status, 404, body)
 
+    def test_a_result_without_an_ack_settles_the_command_even_after_output(self):
+        # A rig that streams OUTPUT and sends its RESULT but never the ACK: the
+        # command is done, and stays done when the connection ends (it must not
+        # linger in the outbox and be reported lost).
+        broker = self.lab.broker()
+
+        async def go():
+            ws, _ = await rc.rig_session(broker.url, rc.tls_context(self.lab.certs, "rig-a"), "rig-a")
+            status, body = await asyncio.to_thread(broker.send, "rig-a", "dmesg")
+            self.assertEqual(status, 202, body)
+            cmd_id = body["cmd_id"]
+            cmd = await rc.recv_msg(ws)
+            self.assertEqual(cmd["cmd_id"], cmd_id)
+            await ws.send(rc.frame("output", cmd_id=cmd_id, offset=0, data=b"line\n"))
+            now = int(time.time() * 1000)
+            await ws.send(rc.frame("result", cmd_id=cmd_id, status="ok", exit_code=0, signal=0,
+                                   output=b"line\n", truncated=False, dropped_bytes=0,
+                                   started_at_ms=now, finished_at_ms=now, detail=""))
+            c = await asyncio.to_thread(broker.wait_command, cmd_id, ("done",))
+            self.assertEqual(c["result"]["status"], "ok")
+            status, rig = await asyncio.to_thread(broker.api, "GET", "/v1/rigs/rig-a")
+            self.assertEqual(rig["unacked_commands"], [])
+            await ws.close()
+            await asyncio.to_thread(wait_for, lambda: "rig-a" not in broker.rigs(), 10)
+            self.assertEqual((await asyncio.to_thread(broker.command, cmd_id))["state"], "done")
+        asyncio.run(go())
+
     def test_frozen_rig_does_not_slow_the_others(self):
         broker = self.lab.broker(outbox_capacity=16)
         frozen = self.rig_process(broker, "rig-frozen")
