@@ -263,13 +263,20 @@ const char* wire_type(const std::vector<std::string>&) { return "array of str"; 
 const char* wire_type(msg::NackReason) { return "nack reason string"; }
 const char* wire_type(msg::Status) { return "status string"; }
 
-// The top-level map's entries, sorted by key so that duplicate keys are found and
-// lookups are cheap even for a hostile frame with a thousand unknown keys.
+// Keys ordered by length first: most of a message's keys differ in length, so
+// ordering them rarely compares bytes (sorting a RESULT's keys was ~1.5k
+// instructions with a plain string comparison, for every frame).
+inline bool key_less(std::string_view a, std::string_view b) noexcept {
+  return a.size() != b.size() ? a.size() < b.size() : a < b;
+}
+
+// The top-level map's entries, sorted by key (key_less) so that duplicate keys are
+// found and lookups are cheap even for a hostile frame with a thousand unknown keys.
 struct TopLevel {
   std::vector<std::pair<std::string_view, const msgpack::object*>> entries;
   const msgpack::object* find(std::string_view key) const {
     const auto it = std::lower_bound(entries.begin(), entries.end(), key,
-                                     [](const auto& e, std::string_view k) { return e.first < k; });
+                                     [](const auto& e, std::string_view k) { return key_less(e.first, k); });
     return it != entries.end() && it->first == key ? it->second : nullptr;
   }
 };
@@ -470,7 +477,7 @@ Expected<Message> decode_object(const msgpack::object& root) {
                              &kv.val);
   }
   std::sort(top.entries.begin(), top.entries.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
+            [](const auto& a, const auto& b) { return key_less(a.first, b.first); });
   const auto dup = std::adjacent_find(
       top.entries.begin(), top.entries.end(),
       [](const auto& a, const auto& b) { return a.first == b.first; });
