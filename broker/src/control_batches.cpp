@@ -129,7 +129,7 @@ void BatchTable::dispatch(Fleet& fleet, Batch& batch) {
       r.cmd_id = ok->cmd_id;
       r.outcome = BatchRigOutcome::dispatched;
       ++batch.in_flight;
-      in_flight_[ok->cmd_id] = {batch.batch_id, i};
+      in_flight_[ok->cmd_id] = {&batch, i};
     } else {
       const auto& failure = std::get<EnqueueFailure>(outcome);
       r.outcome = BatchRigOutcome::refused;
@@ -147,11 +147,10 @@ void BatchTable::update_running(Batch& batch, bool was_running) {
 bool BatchTable::command_finished(Fleet& fleet, std::string_view cmd_id) {
   const auto it = in_flight_.find(cmd_id);
   if (it == in_flight_.end()) return false;
-  const auto [batch_id, index] = it->second;
+  const auto [batch_ptr, index] = it->second;
   in_flight_.erase(it);
-  const auto b = batches_.find(batch_id);
-  if (b == batches_.end() || index >= b->second.rigs.size()) return false;
-  Batch& batch = b->second;
+  if (batch_ptr == nullptr || index >= batch_ptr->rigs.size()) return false;
+  Batch& batch = *batch_ptr;
   BatchRig& r = batch.rigs[index];
   bool ok = false;
   const bool known = fleet.read_command(r.cmd_id, [&](const CommandView& cmd) {

@@ -100,8 +100,10 @@ class BatchTable {
   std::size_t history_;
   std::map<std::string, Batch, std::less<>> batches_;
   std::deque<std::string> order_;                                   // oldest first
-  std::unordered_map<std::string, std::pair<std::string, std::size_t>, TransparentStringHash, std::equal_to<>>
-      in_flight_;  // cmd -> batch, rig
+  // cmd_id -> (its batch, the rig's index). A batch's address is stable while it
+  // is in batches_ (a node map), and its entries here go when it does.
+  std::unordered_map<std::string, std::pair<Batch*, std::size_t>, TransparentStringHash, std::equal_to<>>
+      in_flight_;
   std::size_t running_ = 0;
 };
 
