@@ -37,14 +37,15 @@ std::uint64_t reconcile_result(const CommandView& v, msg::Result& r) {
 }
 
 CommandView* CommandTable::insert(CommandView view) {
-  std::string id = view.cmd_id;
+  const std::optional<CmdKey> key = CmdKey::of(view.cmd_id);
+  if (!key) return nullptr;
   const bool done = finished(view.state);
-  auto [it, inserted] = by_id_.insert_or_assign(id, std::move(view));
+  auto [it, inserted] = by_id_.insert_or_assign(*key, std::move(view));
   (void)inserted;
   if (done) {
-    finished_.push_back(id);
+    finished_.push_back(*key);
     evict();
-    return find(id);
+    return find(key->view());
   }
   CommandView* placed = &it->second;
   evict();  // erases finished commands only: `placed` stays valid
@@ -55,21 +56,27 @@ void CommandTable::finish(CommandView& v, CommandState final_state) {
   const bool was_finished = finished(v.state);
   v.state = final_state;
   // No eviction here: the caller still holds v. The next insert() evicts.
-  if (!was_finished) finished_.push_back(v.cmd_id);
+  if (!was_finished) {
+    if (const std::optional<CmdKey> key = CmdKey::of(v.cmd_id)) finished_.push_back(*key);
+  }
 }
 
 CommandView* CommandTable::find(std::string_view cmd_id) {
-  auto it = by_id_.find(cmd_id);
+  const std::optional<CmdKey> key = CmdKey::of(cmd_id);
+  if (!key) return nullptr;
+  auto it = by_id_.find(*key);
   return it == by_id_.end() ? nullptr : &it->second;
 }
 
 const CommandView* CommandTable::find(std::string_view cmd_id) const {
-  auto it = by_id_.find(cmd_id);
+  const std::optional<CmdKey> key = CmdKey::of(cmd_id);
+  if (!key) return nullptr;
+  auto it = by_id_.find(*key);
   return it == by_id_.end() ? nullptr : &it->second;
 }
 
 void CommandTable::erase(std::string_view cmd_id) {
-  if (auto it = by_id_.find(cmd_id); it != by_id_.end()) by_id_.erase(it);
+  if (const std::optional<CmdKey> key = CmdKey::of(cmd_id)) by_id_.erase(*key);
 }
 
 void CommandTable::evict() {
@@ -88,10 +95,10 @@ void CommandTable::compact_finished() {
   // finished_ keeps ids of commands evicted another way (erase, re-insert) until
   // they reach the front; rebuild it when it outgrows the table (amortised O(1)).
   if (finished_.size() <= 2 * capacity_ + 64) return;
-  std::deque<std::string> kept;
-  for (std::string& id : finished_) {
+  std::deque<CmdKey> kept;
+  for (const CmdKey& id : finished_) {
     auto it = by_id_.find(id);
-    if (it != by_id_.end() && finished(it->second.state)) kept.push_back(std::move(id));
+    if (it != by_id_.end() && finished(it->second.state)) kept.push_back(id);
   }
   finished_.swap(kept);
 }

@@ -140,3 +140,19 @@ TEST_CASE("command table: a fleet-wide fan-out stays linear and bounded") {
   CHECK(t.size() == kCap);
   CHECK(t.find("last"));
 }
+
+TEST_CASE("command table: ids up to 40 bytes are kept inline; longer ones are not stored") {
+  CommandTable t(10);
+  CommandView v;
+  v.cmd_id = "01a00000-0000-7000-8000-000000000001";  // a UUIDv7, as the broker makes them
+  v.state = CommandState::sent;
+  CommandView* placed = t.insert(v);
+  REQUIRE(placed != nullptr);
+  CHECK(t.find(v.cmd_id) == placed);
+  CHECK(t.find("01a00000-0000-7000-8000-00000000000") == nullptr);  // a prefix is another id
+  CommandView too_long;
+  too_long.cmd_id = std::string(41, 'x');
+  CHECK(t.insert(too_long) == nullptr);
+  CHECK(t.find(std::string(41, 'x')) == nullptr);
+  CHECK(t.size() == 1);
+}
