@@ -208,7 +208,7 @@ bool optional_count(const json& body, const char* key, std::optional<std::size_t
 // tree: a fleet-wide batch lists 20,000 rigs, and the tree cost ~14k
 // instructions per rig, as much as sending the commands. Byte for byte what
 // dump_json of the equivalent tree gives (tested).
-std::string batch_json_text(const Batch& b, const Fleet& fleet) {
+std::string batch_json_text(const Batch& b, const Fleet& fleet, bool with_rigs = true) {
   json counts{{"total", b.rigs.size()}};
   std::size_t by_outcome[6] = {};
   for (const BatchRig& r : b.rigs) ++by_outcome[static_cast<std::size_t>(r.outcome)];
@@ -229,6 +229,7 @@ std::string batch_json_text(const Batch& b, const Fleet& fleet) {
                   {"errors", b.errors},
                   {"counts", std::move(counts)}};
   std::string out = dump_json(head);
+  if (!with_rigs) return out;
   out.pop_back();  // the closing brace: "rigs" comes last
   out.reserve(out.size() + 160 * b.rigs.size() + 16);
   out += ",\"rigs\":[";
@@ -265,11 +266,24 @@ std::string batch_json_text(const Batch& b, const Fleet& fleet) {
   return out;
 }
 
-HttpResponse batch_response(int status, const Batch& b, const Fleet& fleet) {
+HttpResponse batch_response(int status, const Batch& b, const Fleet& fleet, bool with_rigs = true) {
   HttpResponse r;
   r.status = status;
-  r.body = batch_json_text(b, fleet);
+  r.body = batch_json_text(b, fleet, with_rigs);
   return r;
+}
+
+// ?rigs=false: the answer without its per-rig list (a fleet-wide batch lists
+// 20,000 rigs, 3 MB); GET /v1/batches/{id} has it. False if the value is invalid.
+bool want_rig_list(const HttpRequest& req, bool& with_rigs) {
+  const auto query = parse_query(req.query);
+  const auto it = query.find("rigs");
+  if (it == query.end() || it->second == "true") {
+    with_rigs = true;
+    return true;
+  }
+  with_rigs = false;
+  return it->second == "false";
 }
 
 // POST /v1/commands: one command to every rig the targets select.
@@ -278,6 +292,8 @@ HttpResponse post_batch(const HttpRequest& req, Fleet& fleet, const ControlApiOp
   if (options.batches == nullptr) {
     return json_error(503, "unavailable", "batches are not available on this listener");
   }
+  bool with_rigs = true;
+  if (!want_rig_list(req, with_rigs)) return json_error(400, "bad_request", "\"rigs\" must be true or false");
   HttpResponse error;
   const std::optional<json> body = parse_object_body(req, false, error);
   if (!body) return error;
@@ -331,7 +347,7 @@ HttpResponse post_batch(const HttpRequest& req, Fleet& fleet, const ControlApiOp
   }
   const Batch& batch = options.batches->start(fleet, std::move(request), std::move(rigs),
                                               uuid_v7().to_string(), now_ms);
-  HttpResponse r = batch_response(202, batch, fleet);
+  HttpResponse r = batch_response(202, batch, fleet, with_rigs);
   r.headers.emplace_back("Location", "/v1/batches/" + batch.batch_id);
   return r;
 }
@@ -479,7 +495,9 @@ HttpResponse route(const HttpRequest& req, Fleet& fleet, const BrokerMetrics& me
                                      {"batch_id", seg[2]},
                                      {"detail", "no such batch (or expired from the history)"}});
     }
-    return batch_response(200, *batch, fleet);
+    bool with_rigs = true;
+    if (!want_rig_list(req, with_rigs)) return json_error(400, "bad_request", "\"rigs\" must be true or false");
+    return batch_response(200, *batch, fleet, with_rigs);
   }
   if (collection == "commands" && seg.size() == 4 && seg[3] == "cancel") {
     if (!post) return method_not_allowed("POST");

@@ -132,6 +132,7 @@ class Client {
   std::unordered_map<std::string, long> by_id_;
   std::unordered_map<std::string, std::int64_t> early_acks_;
   std::unordered_map<std::string, long> by_rig_;   // target-set mode: rig id -> command
+  bool match_by_rig_ = false;  // target-set mode: ACK events matched by rig, not cmd_id
   unsigned in_flight_ = 0;
   unsigned done_ = 0;
   unsigned errors_ = 0;
@@ -424,11 +425,23 @@ void Client::parse_sse() {
     const std::string_view block(sse_body_.data() + start, end - start);
     start = end + 2;
     if (block.find("command_acked") == std::string_view::npos) continue;
-    const std::size_t d = block.find("data: ");
-    if (d == std::string_view::npos) continue;
-    json j = json::parse(block.substr(d + 6), nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j["cmd_id"].is_string()) continue;
-    const std::string id = j["cmd_id"].get<std::string>();
+    // The broker writes these fields plainly (ids need no escapes): found by
+    // search rather than a JSON parse per event, so this client stays cheap.
+    auto field = [&block](std::string_view key) -> std::string_view {
+      const std::string pattern = "\"" + std::string(key) + "\":\"";
+      const std::size_t at = block.find(pattern);
+      if (at == std::string_view::npos) return {};
+      const std::size_t begin = at + pattern.size();
+      const std::size_t stop = block.find('"', begin);
+      return stop == std::string_view::npos ? std::string_view() : block.substr(begin, stop - begin);
+    };
+    if (match_by_rig_) {
+      // One command per rig in a round: the rig names it.
+      if (auto it = by_rig_.find(std::string(field("rig_id"))); it != by_rig_.end()) mark_acked(it->second, t);
+      continue;
+    }
+    const std::string id(field("cmd_id"));
+    if (id.empty()) continue;
     if (auto it = by_id_.find(id); it != by_id_.end()) {
       mark_acked(it->second, t);
       by_id_.erase(it);
@@ -486,30 +499,19 @@ std::string Client::rig_name(unsigned rig) const {
   return name;
 }
 
-// The batch answer lists every selected rig with its cmd_id; ACKs that the event
-// stream delivered before this answer was read wait in early_acks_.
+// The batch answer (asked without its 20,000-entry rig list: ?rigs=false) says
+// how many commands were dispatched; their ACKs are matched by rig (parse_sse).
 void Client::handle_target_set_response(int status, std::string_view body) {
   json j = json::parse(body, nullptr, false);
-  if (status != 202 || j.is_discarded() || !j.contains("rigs") || !j["rigs"].is_array()) {
+  if (status != 202 || j.is_discarded() || !j.contains("counts")) {
     fail(-1, "target-set POST: HTTP " + std::to_string(status) + " " + std::string(body.substr(0, 200)));
+    for (const auto& [rig, idx] : by_rig_) fail(idx, "target-set POST refused");  // ends the round
     return;
   }
-  for (const json& r : j["rigs"]) {
-    if (!r.is_object() || !r["rig_id"].is_string()) continue;
-    const auto rig = by_rig_.find(r["rig_id"].get<std::string>());
-    if (rig == by_rig_.end()) continue;
-    if (!r["cmd_id"].is_string()) {
-      fail(rig->second, "target-set: " + r.value("outcome", std::string("?")) + " for " + rig->first);
-      continue;
-    }
-    const std::string id = r["cmd_id"].get<std::string>();
-    (*cmds_)[static_cast<std::size_t>(rig->second)].cmd_id = id;
-    if (auto it = early_acks_.find(id); it != early_acks_.end()) {
-      mark_acked(rig->second, it->second);
-      early_acks_.erase(it);
-    } else {
-      by_id_[id] = rig->second;
-    }
+  const std::size_t dispatched = j["counts"].value("dispatched", std::size_t{0});
+  if (dispatched != by_rig_.size()) {
+    fail(-1, "target-set POST: " + std::to_string(dispatched) + " of " + std::to_string(by_rig_.size()) +
+                 " rigs dispatched: " + std::string(body.substr(0, 300)));
   }
 }
 
@@ -519,6 +521,7 @@ bool Client::run_target_set(const std::vector<unsigned>& rigs, std::vector<Cmd>&
   by_id_.clear();
   early_acks_.clear();
   by_rig_.clear();
+  match_by_rig_ = true;
   for (std::size_t k = 0; k < rigs.size(); ++k) {
     out[k].rig = rigs[k];
     out[k].state = CmdState::posted;
@@ -529,7 +532,7 @@ bool Client::run_target_set(const std::vector<unsigned>& rigs, std::vector<Cmd>&
   Conn& c = conns_.front();
   const std::string body = "{\"kind\":\"" + o_.kind + "\",\"args\":{},\"targets\":{\"glob\":\"" +
                            o_.rig_prefix + "*\"}}";
-  c.tx = "POST /v1/commands HTTP/1.1\r\nHost: " + o_.control +
+  c.tx = "POST /v1/commands?rigs=false HTTP/1.1\r\nHost: " + o_.control +
          "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
   if (!o_.token.empty()) c.tx += "Authorization: Bearer " + o_.token + "\r\n";
   c.tx += "\r\n" + body;

@@ -515,3 +515,22 @@ TEST_CASE("control: GET /v1/events takes an optional list of event types") {
   CHECK(r.status == 400);
   CHECK(body_of(r)["detail"].get<std::string>().find("'nope'") != std::string::npos);
 }
+
+TEST_CASE("control: ?rigs=false answers a batch without its rig list") {
+  using ordered = nlohmann::ordered_json;
+  Fixture f;
+  fleetlink::broker::BatchTable batches;
+  f.options.batches = &batches;
+  const std::string body = R"({"kind":"dmesg","targets":{"glob":"rig-*"}})";
+  HttpResponse r = f.call("POST", "/v1/commands?rigs=false", body);
+  REQUIRE(r.status == 202);
+  const ordered j = ordered::parse(r.body);
+  CHECK_FALSE(j.contains("rigs"));
+  CHECK(j["counts"]["total"] == 2);
+  CHECK(j["counts"]["dispatched"] == 2);
+  const std::string id = j["batch_id"].get<std::string>();
+  CHECK(ordered::parse(f.call("GET", "/v1/batches/" + id).body)["rigs"].size() == 2);
+  CHECK_FALSE(ordered::parse(f.call("GET", "/v1/batches/" + id + "?rigs=false").body).contains("rigs"));
+  CHECK(f.call("GET", "/v1/batches/" + id + "?rigs=maybe").status == 400);
+  CHECK(f.call("POST", "/v1/commands?rigs=1", body).status == 400);
+}
