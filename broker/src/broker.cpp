@@ -751,10 +751,9 @@ bool Broker::more_to_write(const Connection& c) const noexcept {
 }
 
 int Broker::write_frame(Connection& c, const Message& m) {
-  Bytes bytes = encode(m);
-  tx_.resize(LWS_PRE + bytes.size());
-  std::memcpy(tx_.data() + LWS_PRE, bytes.data(), bytes.size());
-  int n = lws_write(c.wsi, tx_.data() + LWS_PRE, bytes.size(), LWS_WRITE_BINARY);
+  tx_.resize(LWS_PRE);  // lws's headroom, then the frame: encoded in place
+  encode_to(m, tx_);
+  int n = lws_write(c.wsi, tx_.data() + LWS_PRE, tx_.size() - LWS_PRE, LWS_WRITE_BINARY);
   if (n < 0) return -1;
   ++metrics_.frames_out;
   return 0;

@@ -111,7 +111,17 @@ void visit_fields(M& m, F& f) {
 
 // ---- encoding ---------------------------------------------------------------
 
-using Packer = msgpack::packer<msgpack::sbuffer>;
+// Appends to a Bytes buffer the caller owns (encode_to): no 8 KiB msgpack
+// sbuffer and no copy out of it for every frame sent.
+struct BytesSink {
+  Bytes& out;
+  void write(const char* data, std::size_t n) {
+    const auto* p = reinterpret_cast<const std::uint8_t*>(data);
+    out.insert(out.end(), p, p + n);
+  }
+};
+
+using Packer = msgpack::packer<BytesSink>;
 
 void put(Packer& pk, std::string_view s) {
   const auto n = static_cast<std::uint32_t>(s.size());
@@ -511,14 +521,14 @@ Expected<Message> decode_object(const msgpack::object& root) {
 
 }  // namespace
 
-Bytes encode(const Message& m) {
+void encode_to(const Message& m, Bytes& out) {
   const std::size_t index = m.index();
-  return std::visit(
-      [index](const auto& body) {
+  std::visit(
+      [index, &out](const auto& body) {
         FieldCounter counter;
         visit_fields(body, counter);
-        msgpack::sbuffer buf;
-        Packer pk(buf);
+        BytesSink sink{out};
+        Packer pk(sink);
         pk.pack_map(2 + counter.n);
         put(pk, std::string_view("v"));
         put(pk, std::uint64_t{kProtocolVersion});
@@ -526,10 +536,15 @@ Bytes encode(const Message& m) {
         put(pk, kTypeNames[index]);
         FieldWriter writer{pk};
         visit_fields(body, writer);
-        const auto* p = reinterpret_cast<const std::uint8_t*>(buf.data());
-        return Bytes(p, p + buf.size());
       },
       m);
+}
+
+Bytes encode(const Message& m) {
+  Bytes out;
+  out.reserve(128);
+  encode_to(m, out);
+  return out;
 }
 
 Expected<Message> decode(std::span<const std::uint8_t> frame, const DecodeOptions& opts) {

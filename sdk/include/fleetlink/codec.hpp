@@ -26,6 +26,9 @@ inline constexpr std::size_t kMaxDetailBytes = 4096;    // nack/result detail
 inline constexpr std::size_t kMaxReasonBytes = 256;     // goaway reason
 
 Bytes encode(const Message& m);
+// Appends the encoded frame to `out` (a sender that keeps room in front of its
+// frames, or reuses one buffer for every frame, avoids a copy and an allocation).
+void encode_to(const Message& m, Bytes& out);
 Expected<Message> decode(std::span<const std::uint8_t> frame, const DecodeOptions& opts = {});
 // The field rules decode() applies, for a message built in memory (e.g. before sending).
 Expected<void> validate(const Message& m);

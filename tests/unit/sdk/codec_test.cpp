@@ -380,3 +380,18 @@ TEST_CASE("many unknown top-level keys are fine up to the parser bound") {
   CHECK(decode_error(frame_with_extra(1000)) == Errc::ok);
   CHECK(decode_error(frame_with_extra(1022)) == Errc::too_large);  // 1025 entries > 1024
 }
+
+TEST_CASE("encode_to appends the same bytes encode() returns") {
+  msg::Ack ack;
+  ack.seq = 7;
+  ack.cmd_id = "01a00000-0000-7000-8000-000000000001";
+  const Bytes whole = encode(ack);
+  Bytes buf = {0xAA, 0xBB, 0xCC};  // room a sender keeps in front (lws's LWS_PRE)
+  encode_to(ack, buf);
+  REQUIRE(buf.size() == 3 + whole.size());
+  CHECK(buf[0] == 0xAA);
+  CHECK(Bytes(buf.begin() + 3, buf.end()) == whole);
+  const auto back = decode(std::span<const std::uint8_t>(buf.data() + 3, buf.size() - 3));
+  REQUIRE(back);
+  CHECK(std::get<msg::Ack>(*back).seq == 7);
+}
