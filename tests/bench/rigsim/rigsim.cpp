@@ -195,6 +195,7 @@ class Simulator {
   bool bind_src_ = false;
   SSL_CTX* ctx_ = nullptr;
   std::vector<Rig> rigs_;
+  fleetlink::Bytes encode_buf_;  // reused by send_message
   std::vector<std::string> ids_;
   std::vector<std::string> boot_ids_;
   std::vector<fb::X509Ptr> certs_;
@@ -501,8 +502,9 @@ void Simulator::flush(std::uint32_t i) {
 }
 
 void Simulator::send_message(std::uint32_t i, const fleetlink::Message& m) {
-  const fleetlink::Bytes bytes = fleetlink::encode(m);
-  fb::append_client_frame(rigs_[i].tx, fb::WsOpcode::binary, bytes, mask_key());
+  encode_buf_.clear();  // one buffer for every frame: the simulator must stay cheap
+  fleetlink::encode_to(m, encode_buf_);
+  fb::append_client_frame(rigs_[i].tx, fb::WsOpcode::binary, encode_buf_, mask_key());
 }
 
 void Simulator::on_event(std::uint32_t i, std::uint32_t ev) {
