@@ -911,9 +911,20 @@ void Broker::emit(std::string type, const std::string& rig_id, const std::string
                   std::string detail) {
   if (sinks_.empty()) return;
   FleetEvent ev{std::move(type), rig_id, cmd_id, std::move(detail), wall_ms()};
-  std::vector<std::uint64_t> ids;
-  ids.reserve(sinks_.size());
-  for (const auto& [id, sink] : sinks_) ids.push_back(id);
+  // A sink may unsubscribe itself or another one: take the ids first. Emitted
+  // twice per command, so a handful of sinks fit on the stack.
+  std::uint64_t on_stack[8];
+  std::vector<std::uint64_t> on_heap;
+  std::span<std::uint64_t> ids;
+  if (sinks_.size() <= std::size(on_stack)) {
+    std::size_t n = 0;
+    for (const auto& [id, sink] : sinks_) on_stack[n++] = id;
+    ids = std::span<std::uint64_t>(on_stack, n);
+  } else {
+    on_heap.reserve(sinks_.size());
+    for (const auto& [id, sink] : sinks_) on_heap.push_back(id);
+    ids = on_heap;
+  }
   for (auto id : ids) {
     auto it = sinks_.find(id);
     if (it != sinks_.end() && it->second) it->second(ev);

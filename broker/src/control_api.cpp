@@ -489,7 +489,7 @@ int start_event_stream(Transaction* tx, const HttpResponse& r) {
         std::find(tx->event_types.begin(), tx->event_types.end(), event.type) == tx->event_types.end()) {
       return;
     }
-    if (!tx->queue.push(format_sse_event(event, tx->next_event_id++))) {
+    if (!tx->queue.push_event(event, tx->next_event_id++)) {
       tx->sse_closing = true;  // a client that does not read is dropped, not buffered forever
       tx->write_requested = true;
       lws_callback_on_writable(tx->wsi);
@@ -705,7 +705,7 @@ int callback_control(lws* wsi, lws_callback_reasons reason, void* user, void* in
       }
       // SSE heartbeat: a comment line keeps idle proxies and clients honest.
       if (pss != nullptr && pss->tx != nullptr && pss->tx->sse) {
-        pss->tx->queue.push(std::string(kSseHeartbeat));
+        pss->tx->queue.push(kSseHeartbeat);
         pss->tx->write_requested = true;
         lws_callback_on_writable(wsi);
         lws_set_timer_usecs(wsi, kSseHeartbeatUs);

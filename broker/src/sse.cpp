@@ -1,5 +1,7 @@
 #include "sse.hpp"
 
+#include <algorithm>
+
 #include "control_json.hpp"
 
 namespace fleetlink::broker {
@@ -34,11 +36,9 @@ const std::string& event_json_once(const FleetEvent& e) {
 
 }  // namespace
 
-std::string format_sse_event(const FleetEvent& event, std::uint64_t id) {
+void append_sse_event(std::string& out, const FleetEvent& event, std::uint64_t id) {
   const std::string& data = event_json_once(event);
   std::string_view type = event.type.empty() ? std::string_view("event") : std::string_view(event.type);
-  std::string out;
-  out.reserve(32 + type.size() + data.size());
   out += "id: ";
   out += std::to_string(id);
   out += "\nevent: ";
@@ -47,25 +47,52 @@ std::string format_sse_event(const FleetEvent& event, std::uint64_t id) {
   out += "\ndata: ";
   out += data;
   out += "\n\n";
+}
+
+std::string format_sse_event(const FleetEvent& event, std::uint64_t id) {
+  std::string out;
+  append_sse_event(out, event, id);
   return out;
 }
 
-bool SseQueue::push(std::string chunk) {
-  if (overflowed_ || bytes_ + chunk.size() > max_bytes_) {
+bool SseQueue::over_cap() {
+  if (overflowed_ || buf_.size() - pos_ > max_bytes_) {
+    overflowed_ = true;
+    return true;
+  }
+  return false;
+}
+
+bool SseQueue::push(std::string_view text) {
+  if (overflowed_ || bytes() + text.size() > max_bytes_) {
     overflowed_ = true;
     return false;
   }
-  bytes_ += chunk.size();
-  chunks_.push_back(std::move(chunk));
+  buf_ += text;
+  return true;
+}
+
+bool SseQueue::push_event(const FleetEvent& event, std::uint64_t id) {
+  if (overflowed_) return false;
+  const std::size_t before = buf_.size();
+  append_sse_event(buf_, event, id);
+  if (over_cap()) {
+    buf_.resize(before);  // nothing queued
+    return false;
+  }
   return true;
 }
 
 std::string SseQueue::pop(std::size_t max_bytes) {
-  std::string out;
-  while (!chunks_.empty() && (out.empty() || out.size() + chunks_.front().size() <= max_bytes)) {
-    out += chunks_.front();
-    bytes_ -= chunks_.front().size();
-    chunks_.pop_front();
+  const std::size_t n = std::min(max_bytes, bytes());
+  std::string out = buf_.substr(pos_, n);
+  pos_ += n;
+  if (pos_ >= buf_.size()) {
+    buf_.clear();  // keeps its capacity for the next turn's events
+    pos_ = 0;
+  } else if (pos_ > buf_.size() / 2) {
+    buf_.erase(0, pos_);
+    pos_ = 0;
   }
   return out;
 }

@@ -82,12 +82,25 @@ TEST_CASE("sse: the per-client queue is bounded") {
   CHECK(q.push("6789"));
   CHECK_FALSE(q.push("ab"));
   CHECK(q.overflowed());
-  CHECK(q.pop(6) == "12345");  // whole chunks only
-  CHECK(q.pop(100) == "6789");
+  CHECK(q.bytes() == 9);
+  CHECK(q.pop(6) == "123456");  // one byte stream: a take may split what was pushed
+  CHECK(q.pop(100) == "789");
   CHECK(q.empty());
+  CHECK_FALSE(q.push("x"));  // overflowed stays overflowed: the stream is closed
+  // Events are formatted straight into the queue, exactly as format_sse_event does.
   SseQueue big;
-  CHECK(big.push("x"));
-  CHECK(big.pop(0) == "x");  // always at least one chunk
+  FleetEvent e;
+  e.type = "command_acked";
+  e.rig_id = "rig-1";
+  e.cmd_id = "c-1";
+  e.at_ms = 1'795'638'706'123ULL;
+  CHECK(big.push_event(e, 3));
+  CHECK(big.push(kSseHeartbeat));
+  CHECK(big.pop(1 << 20) == format_sse_event(e, 3) + std::string(kSseHeartbeat));
+  SseQueue small(20);
+  CHECK_FALSE(small.push_event(e, 1));  // over the cap: nothing queued
+  CHECK(small.empty());
+  CHECK(small.overflowed());
 }
 
 TEST_CASE("process stats: VmRSS parsing and live gauges") {
