@@ -575,6 +575,17 @@ json latency_summary(const std::vector<Cmd>& cmds, std::size_t skip) {
   return j;
 }
 
+// Commands per second over the counted part: from the first counted send to the last ACK.
+double throughput(const std::vector<Cmd>& cmds, std::size_t skip, std::size_t counted) {
+  std::int64_t first = INT64_MAX, last = 0;
+  for (std::size_t k = skip; k < cmds.size(); ++k) {
+    first = std::min(first, cmds[k].t_send);
+    last = std::max(last, cmds[k].t_ack);
+  }
+  const double secs = last > first ? static_cast<double>(last - first) / 1e9 : 0;
+  return secs > 0 ? static_cast<double>(counted) / secs : 0.0;
+}
+
 // --ack-via stream: the rtt and pipeline modes over the control stream
 // (GET /v1/stream): each command a JSON line, its ACK an "acked" line on the same
 // socket; commands ready together leave in one frame.
@@ -616,13 +627,7 @@ int run_stream_mode(const Options& o) {
   result.update(latency_summary(cmds, o.warmup));
   result["sent"] = total;
   if (!rtt) {
-    std::int64_t first = INT64_MAX, last = 0;
-    for (std::size_t k = o.warmup; k < cmds.size(); ++k) {
-      first = std::min(first, cmds[k].t_send);
-      last = std::max(last, cmds[k].t_ack);
-    }
-    const double secs = last > first ? static_cast<double>(last - first) / 1e9 : 0;
-    result["cmds_per_s"] = secs > 0 ? static_cast<double>(result["counted"].get<std::size_t>()) / secs : 0.0;
+    result["cmds_per_s"] = throughput(cmds, o.warmup, result["counted"].get<std::size_t>());
     result["inflight"] = o.inflight;
   }
   result["complete"] = ok;
@@ -685,13 +690,7 @@ int main(int argc, char** argv) {
     ok = client.run_batch(rigs, o.inflight, cmds, wall);
     result.update(latency_summary(cmds, o.warmup));
     // Throughput over the counted part: from the first counted send to the last ack.
-    std::int64_t first = INT64_MAX, last = 0;
-    for (std::size_t k = o.warmup; k < cmds.size(); ++k) {
-      first = std::min(first, cmds[k].t_send);
-      last = std::max(last, cmds[k].t_ack);
-    }
-    const double secs = last > first ? static_cast<double>(last - first) / 1e9 : 0;
-    result["cmds_per_s"] = secs > 0 ? static_cast<double>(result["counted"].get<std::size_t>()) / secs : 0.0;
+    result["cmds_per_s"] = throughput(cmds, o.warmup, result["counted"].get<std::size_t>());
     result["sent"] = rigs.size();
     result["inflight"] = o.inflight;
   } else if (o.mode == "fanout-set") {

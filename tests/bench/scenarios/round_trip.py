@@ -6,12 +6,13 @@ NAME = "round_trip"
 TRANSPORTS = ("plain",)
 
 
-def run(ctx):
+def run(ctx, **via):
+    """via: ack_via="stream" for the control stream (round_trip_stream)."""
     sim0 = ctx.fleet.totals()["cpu_s"]
     broker0 = ctx.broker.cpu_seconds()
     warmup, count = (20, 200) if ctx.bench.smoke else (200, 2000)
     r = benchctl(ctx.bench, ctx.broker.control, "rtt", ctx.n, warmup=warmup, count=count,
-                 connections=1, kind="noop")
+                 connections=1, kind="noop", **via)
     r["rigsim_cpu_s"] = round(ctx.fleet.totals()["cpu_s"] - sim0, 3)
     broker_cpu = ctx.broker.cpu_seconds() - broker0
     r["broker_cpu_s"] = round(broker_cpu, 3)
