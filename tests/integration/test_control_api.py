@@ -22,6 +22,26 @@ def raw_request(broker, method, path, body=None, headers=None):
         conn.close()
 
 
+def open_events(broker, query=""):
+    """A raw GET /v1/events (so the test sees exactly what the broker writes)."""
+    sock = socket.create_connection((broker.control_host, broker.control_port), timeout=10)
+    sock.sendall(f"GET /v1/events{query} HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n".encode())
+    return sock
+
+
+def read_until(sock, marker, timeout=10.0):
+    """Bytes from sock until marker was seen (or the timeout, or EOF); then closes it."""
+    data = b""
+    deadline = time.monotonic() + timeout
+    while marker not in data and time.monotonic() < deadline:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    sock.close()
+    return data
+
+
 class TestControlApi(harness.LabTestCase):
     def test_health_ready_and_metrics(self):
         broker = self.lab.broker()
@@ -168,19 +188,10 @@ class TestControlApi(harness.LabTestCase):
         broker = self.lab.broker()
         self.lab.agent("rig-a", broker)
         broker.wait_rigs(["rig-a"])
-        sock = socket.create_connection((broker.control_host, broker.control_port), timeout=10)
-        sock.sendall(b"GET /v1/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
+        sock = open_events(broker)
         time.sleep(0.3)
         broker.run("rig-a", "dmesg", {"lines": 1})
-        data = b""
-        deadline = time.monotonic() + 10
-        while b"command_done" not in data and time.monotonic() < deadline:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-        sock.close()
-        text = data.decode()
+        text = read_until(sock, b"command_done").decode()
         self.assertIn("200 OK", text.split("\r\n")[0])
         self.assertIn("text/event-stream", text)
         events = re.findall(r"event: (\w+)\ndata: (\{.*\})\n\n", text)
@@ -196,29 +207,14 @@ class TestControlApi(harness.LabTestCase):
         broker.wait_rigs(["rig-a"])
         # Two streams: one wants only command_done, the other everything. The
         # filtered one must see the RESULT's event and nothing else.
-        only_done = socket.create_connection((broker.control_host, broker.control_port), timeout=10)
-        only_done.sendall(b"GET /v1/events?types=command_done HTTP/1.1\r\nHost: x\r\n\r\n")
-        everything = socket.create_connection((broker.control_host, broker.control_port), timeout=10)
-        everything.sendall(b"GET /v1/events HTTP/1.1\r\nHost: x\r\n\r\n")
+        only_done = open_events(broker, "?types=command_done")
+        everything = open_events(broker)
         time.sleep(0.3)
         broker.run("rig-a", "dmesg", {"lines": 1})
+        time.sleep(0.3)  # anything sent after the RESULT's event is read too
 
         def read_until_done(sock):
-            data = b""
-            deadline = time.monotonic() + 10
-            while b"command_done" not in data and time.monotonic() < deadline:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-            time.sleep(0.2)  # anything sent after it would be read here
-            sock.setblocking(False)
-            try:
-                data += sock.recv(65536)
-            except BlockingIOError:
-                pass
-            sock.close()
-            return re.findall(r"event: (\w+)\n", data.decode())
+            return re.findall(r"event: (\w+)\n", read_until(sock, b"command_done").decode())
 
         self.assertEqual(read_until_done(only_done), ["command_done"])
         kinds = read_until_done(everything)
