@@ -17,6 +17,39 @@ const char* to_string(Admission a) noexcept {
 CommandAdmission::CommandAdmission(KindSet known, KindSet allowed)
     : known_(std::move(known)), allowed_(std::move(allowed)) {}
 
+AdmissionDecision CommandAdmission::decide_malformed(const CommandPeek& peek, std::string_view why) {
+  AdmissionDecision d;
+  d.action = Admission::nack;
+  d.nack.seq = peek.seq.value_or(0);
+  d.nack.cmd_id = peek.cmd_id;
+  d.nack.reason = msg::NackReason::malformed;
+  d.nack.detail = "undecodable command: " + std::string(why.substr(0, 512));
+  d.why = d.nack.detail;
+  if (!peek.seq) return d;
+  const bool was_broken = seq_.broken();
+  switch (seq_.observe(*peek.seq)) {
+    case SeqTracker::Verdict::duplicate:
+      d.action = Admission::ignore;
+      d.why = "seq " + std::to_string(*peek.seq) + " already seen (last " + std::to_string(seq_.last()) + ")";
+      return d;
+    case SeqTracker::Verdict::gap:
+      if (was_broken) {
+        d.action = Admission::ignore;
+        d.why = "seq " + std::to_string(*peek.seq) + " after a gap: not run, reconnecting";
+        return d;
+      }
+      d.nack.reason = msg::NackReason::seq_gap;
+      d.nack.expected_seq = seq_.expected();
+      d.nack.detail = "expected seq " + std::to_string(seq_.expected()) + ", got " + std::to_string(*peek.seq);
+      d.why = d.nack.detail;
+      d.reconnect = true;
+      return d;
+    case SeqTracker::Verdict::in_order:
+      return d;
+  }
+  return d;
+}
+
 AdmissionDecision CommandAdmission::decide(const msg::Command& c, const DedupWindow& seen,
                                            std::uint64_t now_ms) {
   AdmissionDecision d;

@@ -6,6 +6,7 @@
 //   seq past the next one (a gap)   -> NACK seq_gap with expected_seq, then reconnect;
 //                                      everything after it on this connection is ignored
 //   empty cmd_id or kind            -> NACK malformed
+//   a frame decode() refused        -> NACK malformed (decide_malformed)
 //   cmd_id already run              -> ACK duplicate=true (replay the stored RESULT), never run
 //   kind without an executor        -> NACK unsupported_kind
 //   kind not in the allow list      -> NACK not_allowed
@@ -15,6 +16,7 @@
 #include <string>
 #include <string_view>
 
+#include "fleetlink/codec.hpp"
 #include "fleetlink/dedup_window.hpp"
 #include "fleetlink/messages.hpp"
 #include "fleetlink/seq_tracker.hpp"
@@ -45,6 +47,11 @@ class CommandAdmission {
   CommandAdmission(KindSet known, KindSet allowed);
 
   AdmissionDecision decide(const msg::Command& c, const DedupWindow& seen, std::uint64_t now_ms);
+  // A COMMAND frame that could not be decoded (peek: what could be read of it):
+  // NACK malformed, in sequence like any refusal; the seq rules above still
+  // apply (a repeated seq is ignored, a gap is a gap). Without a readable seq:
+  // NACK with seq 0, the sequence untouched.
+  AdmissionDecision decide_malformed(const CommandPeek& peek, std::string_view why);
   // A new connection starts again at seq 1.
   void new_connection() noexcept { seq_.reset(); }
   const SeqTracker& seq() const noexcept { return seq_; }

@@ -288,6 +288,7 @@ Expected<void> Agent::init() {
   ClientSessionHandlers h;
   h.on_welcome = [this](const msg::Welcome& w) { on_welcome(w); };
   h.on_command = [this](const msg::Command& c) { on_command(c); };
+  h.on_malformed_command = [this](const CommandPeek& p, std::string_view why) { on_malformed_command(p, why); };
   h.on_cancel = [this](const msg::Cancel& c) { on_cancel(c); };
   h.on_goaway = [](const msg::Goaway& g) {
     FL_LOG(info, "goaway reason=" << g.reason << " reconnect_after_ms=" << g.reconnect_after_ms);
@@ -453,16 +454,7 @@ void Agent::on_command(const msg::Command& c) {
       FL_LOG(warn, "command ignored seq=" << c.seq << " cmd=" << c.cmd_id << ": " << d.why);
       return;
     case Admission::nack:
-      session_->send(Message{d.nack});
-      FL_LOG(warn, "nack seq=" << c.seq << " cmd=" << c.cmd_id << " kind=" << c.kind
-                               << " reason=" << fleetlink::to_string(d.nack.reason) << ": " << d.why);
-      if (d.reconnect) {
-        FL_LOG(warn, "sequence gap: expected seq " << d.nack.expected_seq << ", got " << c.seq
-                                                   << "; reconnecting (close 4412)");
-        session_->reconnect(CloseCode::seq_gap, "seq gap: expected " +
-                                                    std::to_string(d.nack.expected_seq) + " got " +
-                                                    std::to_string(c.seq));
-      }
+      send_refusal(d, c.seq, c.kind);
       return;
     case Admission::duplicate: {
       session_->send(Message{d.ack});
@@ -476,6 +468,29 @@ void Agent::on_command(const msg::Command& c) {
       start_command(c, now);
       return;
   }
+}
+
+void Agent::send_refusal(const AdmissionDecision& d, std::uint64_t seq, std::string_view kind) {
+  session_->send(Message{d.nack});
+  FL_LOG(warn, "nack seq=" << seq << " cmd=" << d.nack.cmd_id << " kind=" << kind
+                           << " reason=" << fleetlink::to_string(d.nack.reason) << ": " << d.why);
+  if (d.reconnect) {
+    FL_LOG(warn, "sequence gap: expected seq " << d.nack.expected_seq << ", got " << seq
+                                               << "; reconnecting (close 4412)");
+    session_->reconnect(CloseCode::seq_gap, "seq gap: expected " + std::to_string(d.nack.expected_seq) +
+                                                " got " + std::to_string(seq));
+  }
+}
+
+void Agent::on_malformed_command(const CommandPeek& peek, std::string_view why) {
+  // The broker sent a COMMAND this agent cannot read: refused (NACK malformed),
+  // never run, and the connection goes on (PROTOCOL.md 3.5).
+  const AdmissionDecision d = admission_->decide_malformed(peek, why);
+  if (d.action == Admission::ignore) {
+    FL_LOG(warn, "undecodable command ignored seq=" << peek.seq.value_or(0) << ": " << d.why);
+    return;
+  }
+  send_refusal(d, peek.seq.value_or(0), "?");
 }
 
 void Agent::start_command(const msg::Command& c, std::uint64_t now) {

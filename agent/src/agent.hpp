@@ -61,6 +61,8 @@ class Agent {
  private:
   void on_welcome(const msg::Welcome& w);
   void on_command(const msg::Command& c);
+  void on_malformed_command(const CommandPeek& peek, std::string_view why);
+  void send_refusal(const AdmissionDecision& d, std::uint64_t seq, std::string_view kind);
   void on_cancel(const msg::Cancel& c);
   void on_disconnected(std::uint16_t code, std::string_view reason);
   void on_unsent(std::vector<Message> unsent);

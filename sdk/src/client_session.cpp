@@ -398,6 +398,15 @@ struct ClientSession::Impl {
       }
       if (e.code == Errc::unsupported_version)
         return close_now(w, CloseCode::unsupported_version, e.detail);
+      // A command the broker sent wrongly is refused (NACK malformed) by the
+      // owner, and the connection goes on; anything else undecodable ends it.
+      if (h.on_malformed_command) {
+        if (const std::optional<CommandPeek> peek = peek_command(frame, cfg.max_frame_bytes)) {
+          const std::string why = describe(e);
+          guarded("on_malformed_command", [&] { h.on_malformed_command(*peek, why); });
+          return 0;
+        }
+      }
       return close_now(w, CloseCode::malformed, "undecodable frame: " + describe(e));
     }
     Message& m = *decoded;

@@ -547,6 +547,43 @@ Bytes encode(const Message& m) {
   return out;
 }
 
+std::optional<CommandPeek> peek_command(std::span<const std::uint8_t> frame, std::size_t max_frame_bytes) {
+  if (frame.empty() || frame.size() > max_frame_bytes) return std::nullopt;
+  try {
+    const msgpack::unpack_limit limit(kMaxArrayEntries, kMaxMapEntriesAnyLevel, frame.size(),
+                                      frame.size(), frame.size(), kMaxDepth);
+    std::size_t offset = 0;
+    bool referenced = false;
+    thread_local msgpack::zone zone;
+    struct ClearZone {
+      ~ClearZone() { zone.clear(); }
+    } clear_zone;
+    const msgpack::object root =
+        msgpack::unpack(zone, reinterpret_cast<const char*>(frame.data()), frame.size(), offset, referenced,
+                        &reference_everything, nullptr, limit);
+    if (root.type != msgpack::type::MAP) return std::nullopt;
+    CommandPeek peek;
+    bool is_command = false;
+    for (std::uint32_t i = 0; i < root.via.map.size; ++i) {
+      const auto& kv = root.via.map.ptr[i];
+      if (kv.key.type != msgpack::type::STR) continue;
+      const std::string_view key(kv.key.via.str.ptr, kv.key.via.str.size);
+      const msgpack::object& v = kv.val;
+      if (key == "t") {
+        is_command = v.type == msgpack::type::STR && std::string_view(v.via.str.ptr, v.via.str.size) == "command";
+      } else if (key == "seq" && v.type == msgpack::type::POSITIVE_INTEGER) {
+        peek.seq = v.via.u64;
+      } else if (key == "cmd_id" && v.type == msgpack::type::STR && v.via.str.size <= 128) {
+        peek.cmd_id.assign(v.via.str.ptr, v.via.str.size);
+      }
+    }
+    if (!is_command) return std::nullopt;
+    return peek;
+  } catch (...) {
+    return std::nullopt;  // not even a readable map: nothing to answer
+  }
+}
+
 Expected<Message> decode(std::span<const std::uint8_t> frame, const DecodeOptions& opts) {
   if (frame.size() > opts.max_frame_bytes) {
     return make_error(Errc::too_large, "frame of " + std::to_string(frame.size()) +

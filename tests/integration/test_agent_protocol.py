@@ -248,6 +248,23 @@ class AgentProtocolTest(LabTestCase):
         code, _ = c.wait_closed()
         self.assertEqual(code, 4400)
 
+    def test_undecodable_command_is_nacked_malformed_and_the_connection_goes_on(self):
+        self.agent()
+        c = self.fb.wait_conn(1)
+        # args must be a map of strings: this COMMAND cannot be decoded.
+        bad = uuid7()
+        c.send("command", seq=1, cmd_id=bad, kind="dmesg", args=[1, 2], issued_at_ms=0)
+        c.next_seq = 2
+        nack = c.nack_for(bad)
+        self.assertEqual(nack["reason"], "malformed")
+        self.assertEqual(nack["seq"], 1)
+        self.assertIn("args", nack["detail"])
+        # Refused in sequence, never run: the next command runs on the same connection.
+        _, good = c.command("dmesg", {"lines": 1})
+        self.assertEqual(c.result_for(good)["status"], "ok")
+        self.assertIsNone(c.closed_at)
+        self.assertFalse(any(f["t"] == "ack" and f["cmd_id"] == bad for f in c.frames))
+
     def test_command_running_at_shutdown_is_reported_after_restart(self):
         suites = self.lab.path("suites.json")
         with open(suites, "w") as f:

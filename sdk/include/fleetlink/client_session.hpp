@@ -74,6 +74,10 @@ struct ClientSessionConfig {
 struct ClientSessionHandlers {
   std::function<void(const msg::Welcome&)> on_welcome;
   std::function<void(const msg::Command&)> on_command;
+  // A COMMAND frame decode() refused (a field of the wrong type, a bad cmd_id...):
+  // what could still be read of it (see peek_command) and why it was refused.
+  // Unset: such a frame closes the connection 4400 like any undecodable frame.
+  std::function<void(const CommandPeek& peek, std::string_view why)> on_malformed_command;
   std::function<void(const msg::Cancel&)> on_cancel;
   std::function<void(const msg::Goaway&)> on_goaway;
   // The connection ended (or an attempt failed). code is the WebSocket close code

@@ -3,6 +3,8 @@
 // order, smallest integer forms), so the same message always gives the same bytes.
 // Decoding never throws: garbage, truncation and wrong shapes come back as Error.
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <span>
 
 #include "fleetlink/expected.hpp"
@@ -30,6 +32,17 @@ Bytes encode(const Message& m);
 // frames, or reuses one buffer for every frame, avoids a copy and an allocation).
 void encode_to(const Message& m, Bytes& out);
 Expected<Message> decode(std::span<const std::uint8_t> frame, const DecodeOptions& opts = {});
+// What a COMMAND frame that decode() refused still says, so that the agent can
+// answer it with a NACK `malformed` instead of dropping the connection: nullopt
+// unless the frame is a msgpack map whose "t" is "command". seq is nullopt when
+// it is missing or not an unsigned integer; cmd_id is empty unless it is a string
+// of at most 128 bytes.
+struct CommandPeek {
+  std::optional<std::uint64_t> seq;
+  std::string cmd_id;
+};
+std::optional<CommandPeek> peek_command(std::span<const std::uint8_t> frame, std::size_t max_frame_bytes);
+
 // The field rules decode() applies, for a message built in memory (e.g. before sending).
 Expected<void> validate(const Message& m);
 

@@ -107,3 +107,32 @@ TEST_CASE("dedup entries expire with their age") {
   CHECK(a.decide(cmd(1, "c1"), seen, 500).action == Admission::duplicate);
   CHECK(a.decide(cmd(2, "c1"), seen, 5000).action == Admission::run);
 }
+
+TEST_CASE("an undecodable command is nacked malformed in sequence; the seq rules still apply") {
+  auto a = make();
+  REQUIRE(a.decide(cmd(1, "c1"), kEmpty, 0).action == Admission::run);
+  auto d = a.decide_malformed(CommandPeek{2, "c2"}, "field args: expected map");
+  CHECK(d.action == Admission::nack);
+  CHECK(d.nack.seq == 2);
+  CHECK(d.nack.cmd_id == "c2");
+  CHECK(d.nack.reason == msg::NackReason::malformed);
+  CHECK(d.nack.detail.find("field args") != std::string::npos);
+  CHECK_FALSE(d.reconnect);
+  // It counted as seen: the next one runs, a repeat is ignored.
+  CHECK(a.decide(cmd(3, "c3"), kEmpty, 0).action == Admission::run);
+  CHECK(a.decide_malformed(CommandPeek{3, "c3"}, "x").action == Admission::ignore);
+  // A gap is still a gap.
+  auto g = a.decide_malformed(CommandPeek{9, "c9"}, "x");
+  CHECK(g.nack.reason == msg::NackReason::seq_gap);
+  CHECK(g.nack.expected_seq == 4);
+  CHECK(g.reconnect);
+}
+
+TEST_CASE("an undecodable command without a readable seq is nacked with seq 0, the sequence untouched") {
+  auto a = make();
+  auto d = a.decide_malformed(CommandPeek{std::nullopt, ""}, "field seq: expected uint");
+  CHECK(d.action == Admission::nack);
+  CHECK(d.nack.seq == 0);
+  CHECK(d.nack.reason == msg::NackReason::malformed);
+  CHECK(a.decide(cmd(1, "c1"), kEmpty, 0).action == Admission::run);
+}

@@ -395,3 +395,49 @@ TEST_CASE("encode_to appends the same bytes encode() returns") {
   REQUIRE(back);
   CHECK(std::get<msg::Ack>(*back).seq == 7);
 }
+
+TEST_CASE("peek_command: what a refused COMMAND frame still says") {
+  const auto frame = [](auto fill, std::uint32_t n) { return command_frame(n, fill); };
+  // args is not a map: decode refuses it, peek reads seq and cmd_id.
+  const Bytes bad_args = frame(
+      [](auto& pk) {
+        pack_kv(pk, "t", "command");
+        pk.pack(std::string("v"));
+        pk.pack(1);
+        pk.pack(std::string("seq"));
+        pk.pack(7);
+        pack_kv(pk, "cmd_id", "01a00000-0000-7000-8000-000000000001");
+        pack_kv(pk, "kind", "dmesg");
+        pk.pack(std::string("args"));
+        pk.pack_array(1);
+        pk.pack(1);
+      },
+      6);
+  REQUIRE_FALSE(decode(bad_args));
+  const auto p = peek_command(bad_args, 4096);
+  REQUIRE(p);
+  CHECK(p->seq == 7u);
+  CHECK(p->cmd_id == "01a00000-0000-7000-8000-000000000001");
+  // seq of the wrong type: no seq; an over-long cmd_id: none.
+  const Bytes bad_seq = frame(
+      [](auto& pk) {
+        pack_kv(pk, "t", "command");
+        pack_kv(pk, "seq", "seven");
+        pack_kv(pk, "cmd_id", std::string(129, 'x').c_str());
+      },
+      3);
+  const auto q = peek_command(bad_seq, 4096);
+  REQUIRE(q);
+  CHECK_FALSE(q->seq);
+  CHECK(q->cmd_id.empty());
+  // Not a command, not a map, not msgpack, too big: nothing to answer.
+  CHECK_FALSE(peek_command(frame([](auto& pk) { pack_kv(pk, "t", "cancel"); }, 1), 4096));
+  FrameBuilder arr;
+  arr.pk.pack_array(1);
+  arr.pk.pack(1);
+  CHECK_FALSE(peek_command(arr.bytes(), 4096));
+  const Bytes junk = {0xc1, 0xc1, 0x00};
+  CHECK_FALSE(peek_command(junk, 4096));
+  CHECK_FALSE(peek_command(bad_args, 8));
+  CHECK_FALSE(peek_command(Bytes{}, 4096));
+}
