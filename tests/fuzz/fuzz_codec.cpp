@@ -1,10 +1,11 @@
-// libFuzzer target for the frame decoder. Besides "no crash, no sanitizer report",
+// libFuzzer target for the frame decoder (and peek_command, its fallback for COMMANDs). Besides "no crash, no sanitizer report",
 // it checks the codec's promises: whatever decode() accepts, encode() turns into a
 // frame that decodes to the same message and encodes to the same bytes again.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <span>
+#include <variant>
 
 #include "fleetlink/codec.hpp"
 
@@ -23,5 +24,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   small.max_frame_bytes = size / 2;
   const auto limited = fleetlink::decode(frame, small);
   if (size > 0 && limited) std::abort();
+  // What the agent reads of a COMMAND decode() refused: never more than a map
+  // whose "t" is "command" says, and a decodable COMMAND peeks as itself.
+  const auto peek = fleetlink::peek_command(frame, 1 << 20);
+  if (peek && peek->cmd_id.size() > 128) std::abort();
+  if (decoded) {
+    if (const auto* cmd = std::get_if<fleetlink::msg::Command>(&*decoded)) {
+      if (!peek || peek->seq != cmd->seq || peek->cmd_id != cmd->cmd_id) std::abort();
+    }
+  }
   return 0;
 }
