@@ -152,12 +152,19 @@ Expected<std::shared_ptr<ExecutorRegistry>> build_registry(const AgentConfig& cf
     host.agent_version = kVersion;
     host.rig_id = cfg.rig_id;
     host.config = cfg.plugin_config;
-    PluginLoader loader(host, [](PluginLogLevel lv, const std::string& line) {
-      if (lv == PluginLogLevel::warn)
-        FL_LOG(warn, line);
-      else
-        FL_LOG(info, line);
-    });
+    ExecPluginOptions exec;
+    exec.timeout = std::chrono::seconds(cfg.plugin_timeout_s);
+    exec.kill_grace = std::chrono::seconds(cfg.plugin_kill_grace_s);
+    exec.max_running = cfg.plugin_max_running;
+    PluginLoader loader(
+        host,
+        [](PluginLogLevel lv, const std::string& line) {
+          if (lv == PluginLogLevel::warn)
+            FL_LOG(warn, line);
+          else
+            FL_LOG(info, line);
+        },
+        exec);
     auto report = loader.load_dir(cfg.plugin_dir, reg->kinds());
     for (auto& p : report.loaded) {
       if (!reg->add(p.executor) && warnings)

@@ -178,6 +178,12 @@ ParseOutcome parse_command_line(int argc, const char* const* argv) {
   app.add_option("--label", c.labels, "Label k=v sent in HELLO (repeatable)");
   app.add_option("--plugin-dir", c.plugin_dir, "Directory of plugins (*.so and fleetlink-<kind> programs)");
   app.add_option("--plugin-config", c.plugin_config, "Config string handed to shared-object plugins");
+  app.add_option("--plugin-timeout-s", c.plugin_timeout_s,
+                 "Longest run of an executable plugin: then TERM (whole process group), status timeout");
+  app.add_option("--plugin-kill-grace-s", c.plugin_kill_grace_s,
+                 "Seconds between that TERM and a KILL");
+  app.add_option("--plugin-max-running", c.plugin_max_running,
+                 "Runs of one executable plugin at once; more are refused (failed, busy)");
   app.add_option("--suites", c.suites, "Suites file (JSON)");
   app.add_option("--reboot-command", c.reboot_command, "Command run by /bin/sh -c for reboot");
   app.add_option("--reboot-delay-ms", c.reboot_delay_ms, "Delay between reporting 'scheduled' and rebooting");
@@ -281,6 +287,11 @@ ConfigReport validate_config(const AgentConfig& c, const ValidateOptions& opts) 
     if (!fs::is_directory(c.plugin_dir, ec))
       err("plugin-dir", "'" + c.plugin_dir + "' is not a directory");
   }
+  if (c.plugin_timeout_s < 1 || c.plugin_timeout_s > 7 * 24 * 3600)
+    err("plugin-timeout-s", "must be 1 to 604800 seconds");
+  if (c.plugin_kill_grace_s > 3600) err("plugin-kill-grace-s", "must be 0 to 3600 seconds");
+  if (c.plugin_max_running < 1 || c.plugin_max_running > 4096)
+    err("plugin-max-running", "must be 1 to 4096");
   if (!c.suites.empty()) {
 #ifdef FLEETLINK_AGENT_HAVE_SUITES
     SuiteLoadOptions so;

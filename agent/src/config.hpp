@@ -26,6 +26,9 @@ struct AgentConfig {
   std::vector<std::string> labels;         // k=v
   std::string plugin_dir;
   std::string plugin_config;
+  std::uint32_t plugin_timeout_s = 600;    // an executable plugin's run: TERM after this long,
+  std::uint32_t plugin_kill_grace_s = 5;   // then KILL this much later
+  std::uint32_t plugin_max_running = 16;   // runs of one executable plugin at once
   std::string suites;
   std::string reboot_command = "systemctl reboot";
   std::uint32_t reboot_delay_ms = 1000;

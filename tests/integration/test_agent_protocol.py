@@ -227,6 +227,29 @@ class AgentProtocolTest(LabTestCase):
         self.assertEqual(res["status"], "ok", res)
         self.assertIn(b"greetings", res["output"])
 
+    def test_exec_plugin_limits_are_agent_options(self):
+        plugins = self.lab.path("plugins")
+        os.makedirs(plugins)
+        prog = os.path.join(plugins, "fleetlink-nap")
+        with open(prog, "w") as f:
+            f.write("#!/bin/sh\nread line\necho napping\nexec sleep 30\n")
+        os.chmod(prog, 0o755)
+        self.agent(plugin_dir=plugins, plugin_timeout_s=1, plugin_kill_grace_s=1, plugin_max_running=1)
+        c = self.fb.wait_conn(1)
+        started = time.monotonic()
+        _, first = c.command("nap")
+        c.ack_for(first)
+        # One run at a time: the second is refused while the first sleeps.
+        _, second = c.command("nap")
+        busy = c.result_for(second)
+        self.assertEqual(busy["status"], "failed", busy)
+        self.assertIn("busy", busy["detail"])
+        # The first is stopped by the 1 s timeout, not by the program's own 30 s.
+        res = c.result_for(first, timeout=15)
+        self.assertEqual(res["status"], "timeout", res)
+        self.assertIn(b"napping", res["output"])
+        self.assertLess(time.monotonic() - started, 10)
+
     def test_next_broker_url_after_a_failure(self):
         dead = "wss://127.0.0.1:1/agent"
         self.lab.agent("rig-a", [dead, self.fb.url])

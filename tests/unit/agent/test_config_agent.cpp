@@ -108,6 +108,9 @@ TEST_CASE("validation explains every problem with its key") {
   c.plugin_dir = "/nonexistent-plugins";
   c.backoff_base_ms = 100;
   c.backoff_cap_ms = 10;
+  c.plugin_timeout_s = 0;
+  c.plugin_kill_grace_s = 3601;
+  c.plugin_max_running = 0;
   c.from_command_line = {"broker", "rig-id"};
   auto r = validate_config(c);
   CHECK_FALSE(r.ok());
@@ -118,6 +121,9 @@ TEST_CASE("validation explains every problem with its key") {
   CHECK(any_contains(r.errors, "label"));
   CHECK(any_contains(r.errors, "plugin-dir"));
   CHECK(any_contains(r.errors, "backoff-cap-ms"));
+  CHECK(any_contains(r.errors, "plugin-timeout-s"));
+  CHECK(any_contains(r.errors, "plugin-kill-grace-s"));
+  CHECK(any_contains(r.errors, "plugin-max-running"));
 
   c.allow_plain = true;
   c.brokers = {"ws://127.0.0.1:80/agent"};
@@ -126,6 +132,9 @@ TEST_CASE("validation explains every problem with its key") {
   c.labels = {"k=v"};
   c.plugin_dir.clear();
   c.backoff_cap_ms = 1000;
+  c.plugin_timeout_s = 30;
+  c.plugin_kill_grace_s = 0;
+  c.plugin_max_running = 2;
   auto ok = validate_config(c);
   CHECK(ok.ok());
   fs::remove_all(c.state_dir);
