@@ -24,6 +24,17 @@ class AgentProtocolTest(LabTestCase):
     def agent(self, rig="rig-a", **kw):
         return self.lab.agent(rig, self.fb.url, **kw)
 
+    def exec_plugin(self, kind, body):
+        """A plugin directory with one executable plugin for `kind`: a shell script
+        that reads the command line from stdin, then runs `body`."""
+        plugins = self.lab.path("plugins")
+        os.makedirs(plugins, exist_ok=True)
+        prog = os.path.join(plugins, "fleetlink-" + kind)
+        with open(prog, "w") as f:
+            f.write("#!/bin/sh\nread line\n" + body + "\n")
+        os.chmod(prog, 0o755)
+        return plugins
+
     def test_hello_ack_and_dmesg_result(self):
         a = self.agent(label=["site=lab1"])
         c = self.fb.wait_conn(1)
@@ -213,12 +224,7 @@ class AgentProtocolTest(LabTestCase):
         self.assertEqual(res["status"], "cancelled")
 
     def test_exec_plugin_from_the_plugin_dir_is_a_kind(self):
-        plugins = self.lab.path("plugins")
-        os.makedirs(plugins)
-        prog = os.path.join(plugins, "fleetlink-greet")
-        with open(prog, "w") as f:
-            f.write("#!/bin/sh\nread line\necho \"greetings\"\n")
-        os.chmod(prog, 0o755)
+        plugins = self.exec_plugin("greet", "echo \"greetings\"")
         self.agent(plugin_dir=plugins)
         c = self.fb.wait_conn(1)
         self.assertIn("greet", c.hello["kinds"])
@@ -228,12 +234,7 @@ class AgentProtocolTest(LabTestCase):
         self.assertIn(b"greetings", res["output"])
 
     def test_exec_plugin_limits_are_agent_options(self):
-        plugins = self.lab.path("plugins")
-        os.makedirs(plugins)
-        prog = os.path.join(plugins, "fleetlink-nap")
-        with open(prog, "w") as f:
-            f.write("#!/bin/sh\nread line\necho napping\nexec sleep 30\n")
-        os.chmod(prog, 0o755)
+        plugins = self.exec_plugin("nap", "echo napping\nexec sleep 30")
         self.agent(plugin_dir=plugins, plugin_timeout_s=1, plugin_kill_grace_s=1, plugin_max_running=1)
         c = self.fb.wait_conn(1)
         started = time.monotonic()
