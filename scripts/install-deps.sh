@@ -9,7 +9,7 @@ packages=(
   # libraries
   libwebsockets-dev libwebsockets-evlib-uv libuv1-dev libssl-dev openssl
   libmsgpack-cxx-dev uuid-dev libcli11-dev nlohmann-json3-dev libhiredis-dev
-  libcurl4-openssl-dev doctest-dev
+  libcurl4-openssl-dev doctest-dev libmimalloc-dev
   # test drivers and servers
   python3 python3-msgpack python3-websockets redis-server procps util-linux
   # packaging

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include "broker.hpp"
 #include "config.hpp"
@@ -12,7 +13,23 @@
 #include "log.hpp"
 #include "metrics.hpp"
 
+#if defined(FLEETLINK_BROKER_MIMALLOC)
+#include <mimalloc.h>
+#endif
+
 using namespace fleetlink::broker;
+
+namespace {
+// Said at start-up, so that an operator reading a heap profile knows whose malloc it was.
+std::string allocator_name() {
+#if defined(FLEETLINK_BROKER_MIMALLOC)
+  int v = mi_version();
+  return "mimalloc " + std::to_string(v / 100) + "." + std::to_string(v % 100 / 10) + "." + std::to_string(v % 10);
+#else
+  return "glibc malloc";
+#endif
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   auto parsed = parse_command_line(argc, argv);
@@ -48,9 +65,9 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     std::fprintf(stderr, "%s\n", line);
     std::fflush(stderr);
-    FL_INFO("broker id=%s strict=%d ping=%ums pong=%ums missed=%u outbox=%u", cfg.broker_id.c_str(),
+    FL_INFO("broker id=%s strict=%d ping=%ums pong=%ums missed=%u outbox=%u allocator=%s", cfg.broker_id.c_str(),
             cfg.strict ? 1 : 0, cfg.ping_interval_ms, cfg.pong_timeout_ms, cfg.max_missed_pongs,
-            cfg.outbox_capacity);
+            cfg.outbox_capacity, allocator_name().c_str());
     uv_run(&loop, UV_RUN_DEFAULT);
     exit_code = broker.exit_code();
     broker.shutdown();
