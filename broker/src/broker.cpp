@@ -30,7 +30,6 @@ namespace {
 
 constexpr std::uint64_t kSweepSliceMs = 10;  // one slice of the connection walk per tick: pings leave ~10 at a time
 constexpr std::uint32_t kRegistryRefreshMs = 10000;   // registry entries (TTL 60 s) refreshed this often
-constexpr std::size_t kRxBufferSize = 128;   // small on purpose: frames are reassembled (LWS-NOTES); 128 vs 256: -120 B RSS per idle rig
 constexpr std::size_t kMaxArgs = 64;
 constexpr std::size_t kMaxArgBytes = 4096;
 
@@ -46,7 +45,7 @@ Connection* conn_of(void* user) {
 const lws_retry_bo_t g_no_lws_validity = {};
 
 lws_protocols g_agent_protocols[] = {
-    {"fleetlink.v1", &Broker::lws_callback, sizeof(Connection), kRxBufferSize, 0, nullptr, 0},
+    {"fleetlink.v1", &Broker::lws_callback, sizeof(Connection), 0, 0, nullptr, 0},
     {nullptr, nullptr, 0, 0, 0, nullptr, 0},
 };
 
@@ -157,6 +156,10 @@ Expected<void> Broker::start() {
   if (!context_) return make_error(Errc::io, "lws_create_context failed (is libwebsockets-evlib-uv installed?)");
 
   g_agent_protocols[0].tx_packet_size = cfg_.max_frame_bytes + 64;
+  // lws keeps a buffer of this size per rig for as long as it is connected, and reads
+  // at most this much per wakeup; frames larger than it are reassembled in the
+  // Connection. Small by default: idle rigs dominate a fleet (docs/PERFORMANCE.md).
+  g_agent_protocols[0].rx_buffer_size = cfg_.ws_rx_buffer_bytes;
 
   rig_tls_.ca_path = cfg_.ca;
   rig_tls_.ticket_lifetime_s = cfg_.tls_ticket_lifetime_s;

@@ -88,6 +88,9 @@ ParseOutcome parse_command_line(int argc, char** argv) {
   app.add_option("--hello-timeout-ms", cfg.hello_timeout_ms)->check(CLI::Range(1u, 3600000u));
   app.add_option("--outbox-capacity", cfg.outbox_capacity)->check(CLI::Range(1u, 1000000u));
   app.add_option("--max-frame-bytes", cfg.max_frame_bytes)->check(CLI::Range(256u, 64u << 20));
+  app.add_option("--ws-rx-buffer-bytes", cfg.ws_rx_buffer_bytes,
+                 "receive buffer per rig connection: the most read from a rig per wakeup")
+      ->check(CLI::Range(128u, 65536u));
   app.add_option("--accept-rate", cfg.accept_rate, "new connections per second")->check(CLI::PositiveNumber);
   app.add_option("--accept-burst", cfg.accept_burst)->check(CLI::PositiveNumber);
   app.add_option("--retry-after-min-s", cfg.retry_after_min_s);

@@ -35,6 +35,7 @@ struct BrokerConfig {
   std::uint32_t hello_timeout_ms = 10000;
   std::uint32_t outbox_capacity = 128;
   std::uint32_t max_frame_bytes = 131072;
+  std::uint32_t ws_rx_buffer_bytes = 128;  // lws reads at most this much per wakeup (and keeps it per rig)
   double accept_rate = 50;
   double accept_burst = 100;
   std::uint32_t retry_after_min_s = 5;

@@ -43,8 +43,13 @@ class BrokerInputLimitsTest(LabTestCase):
         self.assertNotIn("rig-a", broker.rigs())
 
     def test_fragmented_and_large_frames_are_reassembled(self):
-        broker = self.lab.broker()
+        # With the default receive buffer (128 B: a 60 KB RESULT arrives in ~470 reads)
+        # and a large one (one read can hold several frames).
+        for rx in (None, 65536):
+            with self.subTest(ws_rx_buffer_bytes=rx):
+                self._reassemble(self.lab.broker(**({"ws_rx_buffer_bytes": rx} if rx else {})))
 
+    def _reassemble(self, broker):
         async def go():
             ws, _ = await rc.rig_session(broker.url, self.ctx("rig-a"), "rig-a")
             status, body = await asyncio.to_thread(broker.send, "rig-a", "dmesg")

@@ -1,5 +1,9 @@
 #include <doctest/doctest.h>
 
+#include <string>
+#include <variant>
+#include <vector>
+
 #include "config.hpp"
 
 using namespace fleetlink::broker;
@@ -32,4 +36,33 @@ TEST_CASE("plain listener only on loopback") {
   CHECK_FALSE(validate(cfg));
   cfg.plain_listen = {"127.0.0.1", 9000};
   CHECK(validate(cfg));
+}
+
+namespace {
+ParseOutcome parse(std::vector<std::string> args) {
+  std::string program = "fleetlink-broker";
+  std::vector<char*> argv{program.data()};
+  for (auto& a : args) argv.push_back(a.data());
+  return parse_command_line(static_cast<int>(argv.size()), argv.data());
+}
+}  // namespace
+
+TEST_CASE("ws-rx-buffer-bytes: default 128, bounded 128..65536") {
+  const std::vector<std::string> base = {"--cert", "c", "--key", "k", "--ca", "a"};
+  auto def = parse(base);
+  REQUIRE(std::holds_alternative<BrokerConfig>(def));
+  CHECK(std::get<BrokerConfig>(def).ws_rx_buffer_bytes == 128);
+
+  auto with = [&](const char* v) {
+    auto args = base;
+    args.emplace_back("--ws-rx-buffer-bytes");
+    args.emplace_back(v);
+    return parse(args);
+  };
+  auto big = with("512");
+  REQUIRE(std::holds_alternative<BrokerConfig>(big));
+  CHECK(std::get<BrokerConfig>(big).ws_rx_buffer_bytes == 512);
+  CHECK(std::holds_alternative<int>(with("64")));      // below lws's useful minimum
+  CHECK(std::holds_alternative<int>(with("100000")));  // above 64 KiB
+  CHECK(std::holds_alternative<int>(with("many")));
 }
