@@ -39,6 +39,8 @@ def run(ctx):
         "broker_ready_s": round(broker.ready_after_s, 3),
         "broker_cpu_s": round(broker_cpu, 3),
         "registered": broker.rig_count(),
+        # The restarted broker's whole CPU (start-up included) per rig it took back.
+        "conns_per_broker_cpu_s": round(ctx.n / broker_cpu, 1) if complete and broker_cpu > 0 else None,
         "refused_503": after["refused_503"] - before["refused_503"],
         "failed_handshakes": after["failed_handshakes"] - before["failed_handshakes"],
         "connect_errors": after["connect_errors"] - before["connect_errors"],
