@@ -1,13 +1,14 @@
 """The plain ws listener (loopback only, identities unchecked), readiness, metrics,
 and a real agent's round trip through the broker."""
 import asyncio
+import os
 import subprocess
 import unittest
 
 import websockets
 
 import broker_rawclient as rc
-from harness import LabTestCase, binary
+from harness import BUILD_DIR, LabTestCase, binary
 
 
 class BrokerPlainHealthTest(LabTestCase):
@@ -33,6 +34,21 @@ class BrokerPlainHealthTest(LabTestCase):
             self.assertIn("bench-rig-1", broker.rigs())
             await ws.close()
         asyncio.run(go())
+
+    def test_broker_says_which_malloc_it_runs_on(self):
+        # Guards the link: a linker that dropped libmimalloc (as-needed) would leave
+        # the broker on glibc's malloc without a word.
+        allocator = "mimalloc"
+        with open(os.path.join(BUILD_DIR, "CMakeCache.txt")) as f:
+            for line in f:
+                if line.startswith("FLEETLINK_BROKER_ALLOCATOR:"):
+                    allocator = line.split("=", 1)[1].strip()
+        broker = self.lab.broker()
+        m = broker.wait_log(r"broker id=.* allocator=(.+)")
+        if allocator == "mimalloc":
+            self.assertRegex(m.group(1), r"^mimalloc \d+\.\d+\.\d+")
+        else:
+            self.assertEqual(m.group(1).strip(), "glibc malloc")
 
     def test_readiness_and_metrics(self):
         broker = self.lab.broker()
