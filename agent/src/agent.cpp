@@ -291,6 +291,8 @@ Expected<void> Agent::init() {
   sc.strictness = cfg_.strict ? Strictness::strict : Strictness::lenient;
   sc.keepalive_idle = std::chrono::seconds(cfg_.keepalive_idle_s);
   sc.keepalive_timeout = std::chrono::seconds(cfg_.keepalive_timeout_s);
+  // A rig that reboots (or whose agent is upgraded) resumes its TLS session.
+  sc.tls_session_file = (state_dir_ / "tls-sessions").string();
 
   ClientSessionHandlers h;
   h.on_welcome = [this](const msg::Welcome& w) { on_welcome(w); };

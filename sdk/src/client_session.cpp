@@ -511,6 +511,8 @@ int ClientSession::Impl::lws_cb(lws* wsi, lws_callback_reasons reason, void* use
   if (reason == LWS_CALLBACK_OPENSSL_LOAD_EXTRA_CLIENT_VERIFY_CERTS) {  // user = the client SSL_CTX
     self->tls_sessions.attach(static_cast<SSL_CTX*>(user),
                               [self](int level, const std::string& line) { self->log(level, line); });
+    if (!self->cfg.tls_session_file.empty() && !self->cfg.cert_path.empty())
+      self->tls_sessions.persist_to(self->cfg.tls_session_file, self->cfg.cert_path);
     return 0;
   }
   try {

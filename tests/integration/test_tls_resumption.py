@@ -126,6 +126,41 @@ class TlsResumption(LabTestCase):
         agent.wait_log(r"tls session resumed with 127\.0\.0\.1:%d" % port, start=mark)
         self.assertEqual(broker.run("rig-a", "dmesg", {"lines": "5"})["state"], "done")
 
+    def test_a_restarted_agent_resumes_unless_its_certificate_changed(self):
+        key_file = self.lab.path("ticket.key")
+        port = free_port()
+        broker = self.lab.broker(listen_port=port, tls_ticket_key_file=key_file)
+        state = self.lab.path("state-rig-a")
+        sessions = os.path.join(state, "tls-sessions")
+        agent = self.lab.agent("rig-a", broker, state_dir=state)
+        broker.wait_rigs(["rig-a"])
+        agent.wait_log(r"tls full handshake with 127\.0\.0\.1:%d" % port)
+        wait_for(lambda: os.path.exists(sessions), 10, what="the agent's tls-sessions file")
+        self.assertEqual(stat.S_IMODE(os.stat(sessions).st_mode), 0o600)
+
+        def restart(name):
+            self.assertEqual(self.lab_agent.stop(), 0)
+            wait_for(lambda: "rig-a" not in broker.rigs(), 10, what="rig-a gone")
+            self.lab_agent = self.lab.agent("rig-a", broker, state_dir=state, name=name)
+            broker.wait_rigs(["rig-a"], timeout=20)
+            return self.lab_agent
+
+        # A restart (an upgrade, a reboot) offers the session kept in the state directory.
+        self.lab_agent = agent
+        again = restart("agent-rig-a-2")
+        again.wait_log(r"tls session resumed with 127\.0\.0\.1:%d" % port)
+        self.assertEqual(broker.run("rig-a", "dmesg", {"lines": "5"})["state"], "done")
+
+        # A rig whose certificate was replaced does not offer a session of the old one.
+        crt, key = self.lab.certs.rig("rig-a")
+        os.rename(crt, crt + ".old")
+        os.rename(key, key + ".old")
+        self.lab.certs.rig("rig-a")
+        third = restart("agent-rig-a-3")
+        third.wait_log(r"tls full handshake with 127\.0\.0\.1:%d" % port)
+        self.assertNotRegex(third.log(), r"tls session resumed")
+        self.assertEqual(broker.run("rig-a", "dmesg", {"lines": "5"})["state"], "done")
+
     def test_a_long_lived_connection_gets_a_fresh_ticket(self):
         # Lifetime 60 s: the ticket from the handshake is due for renewal after 30 s, and
         # the next ping carries a new one (a rig connected for days can still resume).

@@ -69,6 +69,11 @@ struct ClientSessionConfig {
   // by keepalive_timeout. Whole seconds (libwebsockets' resolution); 0 disables.
   std::chrono::seconds keepalive_idle{60};
   std::chrono::seconds keepalive_timeout{90};
+  // Where to keep TLS sessions across restarts (created 0600), so that a restarted
+  // client resumes its session with a broker that issues tickets instead of a full
+  // handshake. Sessions made with another certificate are not offered. Empty: in
+  // memory only (still resumed after a broker restart while this process runs).
+  std::string tls_session_file;
 };
 
 struct ClientSessionHandlers {
