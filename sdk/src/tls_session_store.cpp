@@ -1,6 +1,7 @@
 #include "tls_session_store.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -129,8 +130,8 @@ void TlsSessionStore::save() {
   // The sessions' secrets resume a connection as this rig: owner-only, and replaced
   // in one rename so that a crash never leaves half a file.
   const std::filesystem::path tmp = file_.string() + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  bool ok = fd >= 0;
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  bool ok = fd >= 0 && ::fchmod(fd, 0600) == 0;  // a leftover .tmp keeps its old mode otherwise
   std::string why = ok ? "" : std::strerror(errno);
   for (std::size_t done = 0; ok && done < text.size();) {
     const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
