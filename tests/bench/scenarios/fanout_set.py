@@ -4,7 +4,7 @@ measurement as `fanout`, without N HTTP requests in front of the broker."""
 from benchlib.procs import benchctl
 
 NAME = "fanout_set"
-TRANSPORTS = ("plain",)
+TRANSPORTS = ("plain", "mtls")
 
 
 def run(ctx):

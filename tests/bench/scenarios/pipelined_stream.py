@@ -5,7 +5,7 @@ many commands uses instead of one HTTP request per command."""
 from scenarios import pipelined
 
 NAME = "pipelined_stream"
-TRANSPORTS = ("plain",)
+TRANSPORTS = ("plain", "mtls")
 
 
 def run(ctx):

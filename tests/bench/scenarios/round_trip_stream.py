@@ -4,7 +4,7 @@ its "acked" line."""
 from scenarios import round_trip
 
 NAME = "round_trip_stream"
-TRANSPORTS = ("plain",)
+TRANSPORTS = ("plain", "mtls")
 
 
 def run(ctx):
