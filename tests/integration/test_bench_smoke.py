@@ -34,6 +34,17 @@ class BenchSmoke(unittest.TestCase):
             self.assertEqual(len(files), 1, proc.stdout[-2000:])
             with open(files[0]) as f:
                 report = json.load(f)
+            # compare: a run against itself is the same everywhere (ratio 1.00).
+            cmp = subprocess.run(
+                [sys.executable, os.path.join(SOURCE, "tests", "bench", "compare"), "--base", files[0],
+                 "--new", files[0], "--size", "200"], capture_output=True, text=True, timeout=60)
+            self.assertEqual(cmp.returncode, 0, cmp.stderr)
+            self.assertRegex(cmp.stdout, r"\| idle bytes/conn, plain \| [\d,]+ \| [\d,]+ \| 1\.00 \|")
+            bad = subprocess.run(
+                [sys.executable, os.path.join(SOURCE, "tests", "bench", "compare"), "--base", files[0],
+                 "--new", os.path.join(SOURCE, "README.md")], capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(bad.returncode, 0)
+            self.assertIn("README.md", bad.stderr)
         results = report["results"]["200"]
         for transport, scenarios in EXPECTED.items():
             for scenario, key in scenarios.items():
