@@ -7,11 +7,11 @@
 #include <iostream>
 #include <string>
 
-#include "broker.hpp"
-#include "config.hpp"
-#include "embedded_registry.hpp"
-#include "log.hpp"
-#include "metrics.hpp"
+#include "app/broker_app.hpp"
+#include "app/config.hpp"
+#include "store/embedded_registry.hpp"
+#include "common/log.hpp"
+#include "observe/metrics.hpp"
 
 #if defined(FLEETLINK_BROKER_MIMALLOC)
 #include <mimalloc.h>
@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
   auto parsed = parse_command_line(argc, argv);
   if (auto* code = std::get_if<int>(&parsed)) return *code;
   BrokerConfig cfg = std::get<BrokerConfig>(std::move(parsed));
-  set_log_level(cfg.log_level);
+  fleetlink::log::set_level(cfg.log_level);
   std::signal(SIGPIPE, SIG_IGN);
 
   uv_loop_t loop;
@@ -52,9 +52,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     int control_port = cfg.control.port;
-#if defined(FLEETLINK_HAVE_CONTROL_API)
     if (broker.control_port() > 0) control_port = broker.control_port();
-#endif
     char line[512];
     std::snprintf(line, sizeof line, "fleetlink-broker ready control=%s:%d listen=%s:%d%s",
                   cfg.control.host.c_str(), control_port, cfg.listen.host.c_str(), broker.listen_port(),

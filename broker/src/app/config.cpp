@@ -1,0 +1,161 @@
+#include "app/config.hpp"
+
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+namespace fleetlink::broker {
+
+std::string HostPort::to_string() const {
+  if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
+  return host + ":" + std::to_string(port);
+}
+
+Expected<HostPort> parse_host_port(const std::string& text) {
+  HostPort hp;
+  std::string port_text;
+  if (!text.empty() && text.front() == '[') {
+    auto close = text.find(']');
+    if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':')
+      return make_error(Errc::invalid_argument, "'" + text + "' is not [IPV6]:PORT");
+    hp.host = text.substr(1, close - 1);
+    port_text = text.substr(close + 2);
+  } else {
+    auto colon = text.rfind(':');
+    if (colon == std::string::npos)
+      return make_error(Errc::invalid_argument, "'" + text + "' is not HOST:PORT");
+    hp.host = text.substr(0, colon);
+    port_text = text.substr(colon + 1);
+  }
+  if (hp.host.empty()) return make_error(Errc::invalid_argument, "'" + text + "' has no host");
+  if (port_text.empty() || port_text.size() > 5 ||
+      port_text.find_first_not_of("0123456789") != std::string::npos)
+    return make_error(Errc::invalid_argument, "'" + text + "' has no valid port");
+  hp.port = std::stoi(port_text);
+  if (hp.port > 65535) return make_error(Errc::invalid_argument, "port out of range in '" + text + "'");
+  return hp;
+}
+
+bool is_loopback_host(const std::string& host) {
+  if (host == "localhost") return true;
+  in_addr a4{};
+  if (inet_pton(AF_INET, host.c_str(), &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+  in6_addr a6{};
+  if (inet_pton(AF_INET6, host.c_str(), &a6) == 1) return IN6_IS_ADDR_LOOPBACK(&a6) != 0;
+  return false;
+}
+
+namespace {
+
+std::string default_hostname() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0 || buf[0] == 0) return "broker";
+  return buf;
+}
+
+std::string trim(std::string s) {
+  auto b = s.find_first_not_of(" \t\r\n");
+  auto e = s.find_last_not_of(" \t\r\n");
+  return b == std::string::npos ? std::string{} : s.substr(b, e - b + 1);
+}
+
+}  // namespace
+
+ParseOutcome parse_command_line(int argc, char** argv) {
+  BrokerConfig cfg;
+  CLI::App app{"fleetlink-broker: holds the rigs' WebSocket connections and routes commands"};
+  app.set_config("--config", "", "config file (INI/TOML); every flag is also a key");
+  app.allow_config_extras(CLI::config_extras_mode::error);  // a misspelt key must not be ignored
+  std::string listen = "0.0.0.0:8443", plain_listen, control = "127.0.0.1:8080";
+  std::string token_file, log_level = "info";
+  app.add_option("--listen", listen, "wss listener for rigs (path /agent)");
+  app.add_option("--cert", cfg.cert, "server certificate (PEM)");
+  app.add_option("--key", cfg.key, "server private key (PEM)");
+  app.add_option("--ca", cfg.ca, "CA that signs rig certificates (mTLS required)");
+  app.add_option("--plain-listen", plain_listen, "plain ws listener, loopback only (bench/dev)");
+  app.add_option("--control", control, "HTTP control API listener");
+  app.add_option("--control-token", cfg.control_token, "bearer token for the control API");
+  app.add_option("--control-token-file", token_file, "file holding the control API token");
+  app.add_option("--broker-id", cfg.broker_id, "this broker's id (default: hostname)");
+  app.add_option("--ping-interval-ms", cfg.ping_interval_ms)->check(CLI::Range(1u, 3600000u));
+  app.add_option("--pong-timeout-ms", cfg.pong_timeout_ms)->check(CLI::Range(1u, 3600000u));
+  app.add_option("--max-missed-pongs", cfg.max_missed_pongs)->check(CLI::Range(1u, 1000u));
+  app.add_option("--hello-timeout-ms", cfg.hello_timeout_ms)->check(CLI::Range(1u, 3600000u));
+  app.add_option("--outbox-capacity", cfg.outbox_capacity)->check(CLI::Range(1u, 1000000u));
+  app.add_option("--max-frame-bytes", cfg.max_frame_bytes)->check(CLI::Range(256u, 64u << 20));
+  app.add_option("--ws-rx-buffer-bytes", cfg.ws_rx_buffer_bytes,
+                 "receive buffer per rig connection: the most read from a rig per wakeup")
+      ->check(CLI::Range(128u, 65536u));
+  app.add_option("--accept-rate", cfg.accept_rate, "new connections per second")->check(CLI::PositiveNumber);
+  app.add_option("--accept-burst", cfg.accept_burst)->check(CLI::PositiveNumber);
+  app.add_option("--retry-after-min-s", cfg.retry_after_min_s);
+  app.add_option("--retry-after-max-s", cfg.retry_after_max_s);
+  app.add_option("--max-pending-handshakes", cfg.max_pending_handshakes,
+                 "accepted sockets whose TLS handshake/upgrade may run at once; the rest wait in the backlog")
+      ->check(CLI::Range(1u, 1000000u));
+  app.add_option("--tls-accept-timeout-s", cfg.tls_accept_timeout_s,
+                 "a TLS handshake (and other lws-level waits) not finished by then is dropped")
+      ->check(CLI::Range(1u, 3600u));
+  app.add_option("--tls-ticket-key-file", cfg.tls_ticket_key_file,
+                 "TLS 1.3 session tickets with this key (made 0600 if missing): rigs resume after a restart");
+  app.add_option("--tls-ticket-lifetime-s", cfg.tls_ticket_lifetime_s, "how long a session ticket may be resumed")
+      ->check(CLI::Range(60u, 604800u));
+  app.add_option("--rig-rate", cfg.rig_rate, "inbound frames/s per connection")->check(CLI::PositiveNumber);
+  app.add_option("--rig-burst", cfg.rig_burst)->check(CLI::PositiveNumber);
+  app.add_option("--drain-window-ms", cfg.drain_window_ms);
+  app.add_option("--drain-deadline-ms", cfg.drain_deadline_ms, "default: window + 5000");
+  app.add_option("--command-history", cfg.command_history)->check(CLI::Range(1u, 10000000u));
+  app.add_flag("--strict", cfg.strict, "unknown message types close 4422 (default: counted, ignored)");
+  app.add_option("--log-level", log_level)->check(CLI::IsMember({"debug", "info", "warn", "error"}));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  auto l = parse_host_port(listen);
+  if (!l) { std::cerr << "fleetlink-broker: --listen: " << l.error().detail << "\n"; return 2; }
+  cfg.listen = *l;
+  auto c = parse_host_port(control);
+  if (!c) { std::cerr << "fleetlink-broker: --control: " << c.error().detail << "\n"; return 2; }
+  cfg.control = *c;
+  if (!plain_listen.empty()) {
+    auto p = parse_host_port(plain_listen);
+    if (!p) { std::cerr << "fleetlink-broker: --plain-listen: " << p.error().detail << "\n"; return 2; }
+    cfg.plain_listen = *p;
+  }
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    if (!in) { std::cerr << "fleetlink-broker: cannot read --control-token-file " << token_file << "\n"; return 2; }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    cfg.control_token = trim(ss.str());
+  }
+  if (cfg.broker_id.empty()) cfg.broker_id = default_hostname();
+  log::parse_level(log_level, cfg.log_level);  // one of the four: checked above
+  if (auto v = validate(cfg); !v) {
+    std::cerr << "fleetlink-broker: " << v.error().detail << "\n";
+    return 2;
+  }
+  return cfg;
+}
+
+Expected<void> validate(const BrokerConfig& cfg) {
+  if (!cfg.plain_listen.host.empty() && !is_loopback_host(cfg.plain_listen.host))
+    return make_error(Errc::invalid_argument,
+                      "--plain-listen " + cfg.plain_listen.to_string() +
+                          " refused: the plain ws listener is only allowed on a loopback address "
+                          "(127.0.0.0/8 or ::1)");
+  if (cfg.cert.empty() || cfg.key.empty() || cfg.ca.empty())
+    return make_error(Errc::invalid_argument, "--cert, --key and --ca are required (rigs connect with mutual TLS)");
+  if (cfg.retry_after_min_s > cfg.retry_after_max_s)
+    return make_error(Errc::invalid_argument, "--retry-after-min-s is larger than --retry-after-max-s");
+  if (cfg.outbox_capacity == 0) return make_error(Errc::invalid_argument, "--outbox-capacity must be at least 1");
+  return {};
+}
+
+}  // namespace fleetlink::broker

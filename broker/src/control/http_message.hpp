@@ -1,0 +1,58 @@
+#pragma once
+// One HTTP request and its answer, as the control API's pure routing layer
+// sees them: no sockets, no libwebsockets. control_api.cpp fills HttpRequest
+// from lws and writes HttpResponse back.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fleet/events.hpp"
+
+namespace fleetlink::broker {
+
+class Fleet;
+
+struct HttpRequest {
+  std::string method;          // "GET", "POST", ... (upper case)
+  std::string path;            // "/v1/rigs/rig-1", without the query string
+  std::string query;           // raw "a=1&b=2", may be empty
+  std::string authorization;   // the Authorization header's value, may be empty
+  std::string body;
+};
+
+// POST /v1/rigs/{rig}/commands?wait=acked|done[&timeout_ms=N]: the answer is
+// held until the command gets that far (or the timeout), then re-rendered.
+struct HeldCommand {
+  std::string cmd_id;
+  std::string rig_id;
+  std::uint64_t seq = 0;
+  bool until_done = false;        // false: until acked (or any later state)
+  std::uint64_t timeout_ms = 0;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // extra headers ("Allow", "Retry-After")
+  // GET /v1/events: the transport keeps the connection open and streams
+  // Server-Sent Events after these headers (body is ignored).
+  bool event_stream = false;
+  // Only these event types on that stream (GET /v1/events?types=a,b).
+  EventTypes event_types = EventTypes::all();
+  // Runs once the answer has been handed to the socket: for actions that may
+  // end the process (a drain with no rigs exits at once), so the caller still
+  // gets its answer. Not run if the control API was shut down meanwhile.
+  std::function<void(Fleet&)> after_sent;
+  // Set: do not answer yet (see HeldCommand); the body above is the answer
+  // should the command not be found later.
+  std::optional<HeldCommand> hold;
+};
+
+// Largest request body the control API reads; more is answered 413.
+inline constexpr std::size_t kMaxControlBodyBytes = 64 * 1024;
+
+}  // namespace fleetlink::broker

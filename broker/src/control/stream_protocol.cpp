@@ -1,0 +1,129 @@
+#include "control/stream_protocol.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "control/control_json.hpp"
+
+namespace fleetlink::broker::stream {
+
+namespace {
+
+using json = nlohmann::json;
+
+LineError bad_request(std::string ref, std::string detail) {
+  return LineError{std::move(ref), "bad_request", std::move(detail)};
+}
+
+void field(std::string& out, std::string_view name, std::string_view value) {
+  out += ",\"";
+  out += name;
+  out += "\":";
+  append_json_value(out, value);
+}
+
+}  // namespace
+
+Request parse_line(std::string_view line) {
+  if (line.size() > kMaxLineBytes) {
+    return bad_request({}, "line over " + std::to_string(kMaxLineBytes) + " bytes");
+  }
+  // The library's own parser, without exceptions: outside bytes must not throw
+  // through the event loop.
+  const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return bad_request({}, "a line must be one JSON object");
+  std::string ref;
+  if (const auto r = j.find("ref"); r != j.end()) {
+    if (!r->is_string() || r->get_ref<const std::string&>().size() > kMaxRefBytes) {
+      return bad_request({}, "\"ref\" must be a string of at most 64 bytes");
+    }
+    ref = r->get<std::string>();
+  }
+  const auto op = j.find("op");
+  if (op == j.end() || !op->is_string()) return bad_request(ref, "\"op\" is required");
+  if (*op != "send") return bad_request(ref, "unknown op (known: send)");
+  SendRequest s;
+  s.ref = ref;
+  const auto rig = j.find("rig_id");
+  if (rig == j.end() || !rig->is_string() || rig->get_ref<const std::string&>().empty()) {
+    return bad_request(ref, "\"rig_id\" is required and must be a non-empty string");
+  }
+  s.rig_id = rig->get<std::string>();
+  const auto kind = j.find("kind");
+  if (kind == j.end() || !kind->is_string() || kind->get_ref<const std::string&>().empty()) {
+    return bad_request(ref, "\"kind\" is required and must be a non-empty string");
+  }
+  s.kind = kind->get<std::string>();
+  if (const auto args = j.find("args"); args != j.end() && !args->is_null()) {
+    if (!args->is_object()) return bad_request(ref, "\"args\" must be an object of strings");
+    for (const auto& [key, value] : args->items()) {
+      if (value.is_string()) {
+        s.args[key] = value.get<std::string>();
+      } else if (value.is_number() || value.is_boolean()) {
+        s.args[key] = value.dump();
+      } else {
+        return bad_request(ref, "\"args." + key + "\" must be a string");
+      }
+    }
+  }
+  if (const auto n = j.find("notify"); n != j.end()) {
+    if (*n == "acked") {
+      s.until_done = false;
+    } else if (*n != "done") {
+      return bad_request(ref, "\"notify\" must be \"acked\" or \"done\"");
+    }
+  }
+  return s;
+}
+
+std::string queued_line(std::string_view ref, const EnqueueOk& ok) {
+  std::string out = "{\"op\":\"queued\"";
+  field(out, "ref", ref);
+  field(out, "cmd_id", ok.cmd_id);
+  field(out, "rig_id", ok.rig_id);
+  out += ",\"seq\":";
+  out += std::to_string(ok.seq);
+  out += "}\n";
+  return out;
+}
+
+std::string refused_line(std::string_view ref, const EnqueueFailure& failure) {
+  std::string out = "{\"op\":\"refused\"";
+  field(out, "ref", ref);
+  field(out, "error", to_string(failure.error));
+  field(out, "rig_id", failure.rig_id);
+  field(out, "detail", failure.detail);
+  out += "}\n";
+  return out;
+}
+
+std::string error_line(const LineError& e) {
+  std::string out = "{\"op\":\"error\"";
+  field(out, "ref", e.ref);
+  field(out, "error", e.error);
+  field(out, "detail", e.detail);
+  out += "}\n";
+  return out;
+}
+
+std::string event_line(std::string_view op, std::string_view ref, std::string_view cmd_id,
+                       std::string_view detail) {
+  std::string out = "{\"op\":";
+  append_json_value(out, op);
+  field(out, "ref", ref);
+  field(out, "cmd_id", cmd_id);
+  field(out, "detail", detail);
+  out += "}\n";
+  return out;
+}
+
+std::string_view op_for_event(EventType event_type) noexcept {
+  switch (event_type) {
+    case EventType::command_acked: return "acked";
+    case EventType::command_done: return "done";
+    case EventType::command_nacked: return "nacked";
+    case EventType::command_lost: return "lost";
+    default: return {};
+  }
+}
+
+}  // namespace fleetlink::broker::stream

@@ -1,0 +1,65 @@
+#pragma once
+// The control stream (GET /v1/stream, WebSocket subprotocol "fleetlink-stream"):
+// many commands over one connection, for automation that sends more than a few
+// commands a second. One HTTP transaction per command costs the broker as much as
+// the command itself; on the stream a socket read carries as many requests as the
+// client had ready, and everything the broker has to say within one turn of its
+// loop leaves in one frame.
+//
+// Text frames carry lines of JSON, one object per line ('\n'-separated; a frame may
+// hold several lines, a line never spans frames). Requests:
+//   {"op":"send","ref":"r1","rig_id":"rig-0414","kind":"dmesg","args":{"lines":"50"},"notify":"done"}
+// Answers, on the same stream:
+//   {"op":"queued","ref":"r1","cmd_id":"…","rig_id":"rig-0414","seq":7}
+//   {"op":"refused","ref":"r1","error":"unknown_rig","detail":"…"}
+//   {"op":"acked","ref":"r1","cmd_id":"…","detail":""}          (detail "duplicate" on a replayed command)
+//   {"op":"done","ref":"r1","cmd_id":"…","detail":"ok"}           (notify "done": the RESULT's status)
+//   {"op":"nacked"|"lost", "ref":…, "cmd_id":…, "detail":…}       (final, whatever notify says)
+//   {"op":"error","ref":"r1","error":"bad_request","detail":"…"}   (a line that is not a request)
+// "ref" is the client's own label for the request (at most 64 bytes, echoed back);
+// "notify" is "acked" (stop after the ACK) or "done" (the default: the ACK, then
+// the RESULT). Pure logic here; the WebSocket side is in control_api.cpp.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "fleet/fleet.hpp"
+
+namespace fleetlink::broker::stream {
+
+inline constexpr std::string_view kSubprotocol = "fleetlink-stream";
+inline constexpr std::size_t kMaxRefBytes = 64;
+inline constexpr std::size_t kMaxLineBytes = 64 * 1024;
+
+struct SendRequest {
+  std::string ref;
+  std::string rig_id;
+  std::string kind;
+  StringMap args;
+  bool until_done = true;  // notify "done" (default) or "acked"
+};
+
+struct LineError {
+  std::string ref;     // when the line had a usable one
+  std::string error;   // "bad_request"
+  std::string detail;
+};
+
+using Request = std::variant<SendRequest, LineError>;
+
+// One request line (without its '\n').
+Request parse_line(std::string_view line);
+
+// Answer lines, each ending in '\n'.
+std::string queued_line(std::string_view ref, const EnqueueOk& ok);
+std::string refused_line(std::string_view ref, const EnqueueFailure& failure);
+std::string error_line(const LineError& e);
+// op: "acked", "done", "nacked" or "lost".
+std::string event_line(std::string_view op, std::string_view ref, std::string_view cmd_id,
+                       std::string_view detail);
+
+// The stream op for a Fleet event type, or empty for events streams do not carry.
+std::string_view op_for_event(EventType event_type) noexcept;
+
+}  // namespace fleetlink::broker::stream

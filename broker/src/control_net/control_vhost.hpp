@@ -1,0 +1,34 @@
+#pragma once
+// The broker's HTTP control API (JSON), dashboard, SSE events, health and
+// Prometheus metrics, served by libwebsockets on its own vhost and port.
+//
+// Threading: everything runs on the broker's event-loop thread, like Fleet.
+#include <chrono>
+#include <string>
+
+#include "control/options.hpp"
+#include "fleet/fleet.hpp"
+#include "fleetlink/expected.hpp"
+#include "observe/metrics.hpp"
+
+struct lws_context;
+struct lws_vhost;
+
+namespace fleetlink::broker {
+
+// Creates the control vhost on an existing context created with
+// LWS_SERVER_OPTION_EXPLICIT_VHOSTS (+ LWS_SERVER_OPTION_LIBUV).
+// `fleet` and `metrics` must outlive the vhost (i.e. the context), or
+// shutdown_control_api() must have been called before they go away.
+// Returns the vhost, or an Error (Errc::io when the port cannot be bound).
+fleetlink::Expected<lws_vhost*> create_control_vhost(lws_context* context,
+                                                     const ControlApiOptions& options,
+                                                     Fleet& fleet, BrokerMetrics& metrics);
+
+// Orderly shutdown: ends every open SSE stream (unsubscribing it from the
+// Fleet) and stops using `fleet`. Call before lws_context_destroy or before
+// the Fleet is destroyed, on the loop thread. Idempotent; nullptr is ignored.
+// After this the vhost answers 503 to every request until the context goes.
+void shutdown_control_api(lws_vhost* vhost);
+
+}  // namespace fleetlink::broker

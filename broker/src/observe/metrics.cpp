@@ -1,0 +1,211 @@
+// Prometheus text exposition format 0.0.4 for BrokerMetrics.
+// Every series is fleet-wide: labels only ever carry small closed sets
+// (HELLO outcome, close code), never a rig id.
+#include "observe/metrics.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <string_view>
+
+#include "fleetlink/close_codes.hpp"
+
+namespace fleetlink::broker {
+
+Histogram::Histogram(std::vector<double> upper_bounds) : bounds_(std::move(upper_bounds)) {
+  std::sort(bounds_.begin(), bounds_.end());
+  bounds_.erase(std::unique(bounds_.begin(), bounds_.end()), bounds_.end());
+  counts_.assign(bounds_.size() + 1, 0);
+}
+
+void Histogram::observe(double v) noexcept {
+  if (std::isnan(v)) return;
+  // First bucket whose upper bound is >= v (Prometheus buckets are "le").
+  const auto it = std::lower_bound(bounds_.begin(), bounds_.end(), v);
+  ++counts_[static_cast<std::size_t>(it - bounds_.begin())];
+  sum_ += v;
+  ++count_;
+}
+
+BrokerMetrics::BrokerMetrics()
+    : outbox_depth({0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}),
+      ack_latency_seconds({0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                           2.5, 5, 10}) {
+  for (const char* outcome :
+       {"accepted", "malformed", "identity_mismatch", "duplicate", "superseded_old"}) {
+    hellos[outcome];  // known outcomes are always exported, at 0 until seen
+  }
+}
+
+namespace {
+
+constexpr std::string_view kPrefix = "fleetlink_broker_";
+
+std::string format_number(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, res.ptr);
+}
+
+template <typename Int>
+std::string format_int(Int v) {
+  char buf[32];
+  const auto res = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, res.ptr);
+}
+
+// Label values escape backslash, double quote and newline.
+std::string escape_label(std::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (const char c : v) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// Metric names allow [a-zA-Z_:][a-zA-Z0-9_:]*; anything else becomes '_'.
+std::string sanitize_name(std::string_view name) {
+  std::string out;
+  out.reserve(name.size());
+  for (const char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == ':';
+    out += ok ? c : '_';
+  }
+  if (out.empty() || (out[0] >= '0' && out[0] <= '9')) out.insert(out.begin(), '_');
+  return out;
+}
+
+class Writer {
+ public:
+  void header(std::string_view name, std::string_view type, std::string_view help) {
+    out_ += "# HELP ";
+    out_ += kPrefix;
+    out_ += name;
+    out_ += ' ';
+    out_ += help;
+    out_ += "\n# TYPE ";
+    out_ += kPrefix;
+    out_ += name;
+    out_ += ' ';
+    out_ += type;
+    out_ += '\n';
+  }
+  void sample(std::string_view name, std::string_view labels, const std::string& value) {
+    out_ += kPrefix;
+    out_ += name;
+    if (!labels.empty()) {
+      out_ += '{';
+      out_ += labels;
+      out_ += '}';
+    }
+    out_ += ' ';
+    out_ += value;
+    out_ += '\n';
+  }
+  template <typename Int>
+  void simple(std::string_view name, std::string_view type, std::string_view help, Int v) {
+    header(name, type, help);
+    sample(name, {}, format_int(v));
+  }
+  void histogram(std::string_view name, std::string_view help, const Histogram& h) {
+    header(name, "histogram", help);
+    const std::string bucket = std::string(name) + "_bucket";
+    std::uint64_t cumulative = 0;
+    for (std::size_t i = 0; i < h.bounds().size(); ++i) {
+      cumulative += h.counts()[i];
+      sample(bucket, "le=\"" + format_number(h.bounds()[i]) + "\"", format_int(cumulative));
+    }
+    sample(bucket, "le=\"+Inf\"", format_int(h.count()));
+    sample(std::string(name) + "_sum", {}, format_number(h.sum()));
+    sample(std::string(name) + "_count", {}, format_int(h.count()));
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+}  // namespace
+
+std::string BrokerMetrics::render_prometheus(
+    const std::map<std::string, double>& extra_gauges) const {
+  Writer w;
+  w.simple("connections_open", "gauge", "WebSocket connections currently open.", connections_open);
+  w.simple("rigs_registered", "gauge", "Rigs past WELCOME, live on this broker.", rigs_registered);
+  w.simple("connections_accepted_total", "counter",
+           "Connection attempts admitted by the accept-rate limiter.", connections_accepted);
+  w.simple("admissions_refused_total", "counter",
+           "Connection attempts answered 503 with Retry-After (accept rate over the limit).",
+           admissions_refused);
+
+  w.header("hellos_total", "counter", "HELLO frames by outcome.");
+  for (const auto& [outcome, n] : hellos) {
+    w.sample("hellos_total", "outcome=\"" + escape_label(outcome) + "\"", format_int(n));
+  }
+
+  w.header("closes_total", "counter", "WebSocket connections closed, by close code.");
+  for (const auto& [code, n] : closes) {
+    w.sample("closes_total",
+             "code=\"" + format_int(code) + "\",name=\"" +
+                 escape_label(close_code_name(code)) + "\"",
+             format_int(n));
+  }
+
+  w.simple("commands_enqueued_total", "counter", "Commands accepted into a rig outbox.",
+           commands_enqueued);
+  w.simple("commands_acked_total", "counter", "Commands acknowledged by their rig.",
+           commands_acked);
+  w.simple("commands_nacked_total", "counter", "Commands refused by their rig (NACK).",
+           commands_nacked);
+  w.simple("commands_rejected_total", "counter",
+           "Enqueue requests refused by the broker (outbox full, unknown rig, ...).",
+           commands_rejected);
+  w.simple("commands_completed_total", "counter", "Commands whose RESULT arrived.",
+           commands_completed);
+  w.simple("commands_lost_total", "counter",
+           "Commands whose connection ended before an ACK (not retransmitted).", commands_lost);
+  w.simple("frames_in_total", "counter", "WebSocket frames received from rigs.", frames_in);
+  w.simple("frames_out_total", "counter", "WebSocket frames sent to rigs.", frames_out);
+  w.simple("tls_handshakes_full_total", "counter",
+           "Rig TLS handshakes with certificate exchange and verification.", tls_full);
+  w.simple("tls_handshakes_resumed_total", "counter",
+           "Rig TLS sessions resumed from a session ticket (--tls-ticket-key-file).", tls_resumed);
+  w.simple("frames_written_directly_total", "counter",
+           "Frames (commands, pings) written to a rig at once, without waiting for a writeable callback.",
+           direct_writes);
+  w.simple("frames_rejected_total", "counter",
+           "Inbound frames rejected (malformed, oversized, over the rate limit).",
+           frames_rejected);
+  w.simple("unknown_types_ignored_total", "counter",
+           "Frames of an unknown message type ignored in lenient mode.", unknown_types_ignored);
+  w.simple("pings_sent_total", "counter", "Keepalive pings sent.", pings_sent);
+  w.simple("pongs_missed_total", "counter", "Keepalive pongs not received in time.",
+           pongs_missed);
+  w.histogram("outbox_depth", "Outbox depth observed at each enqueue.", outbox_depth);
+  w.histogram("ack_latency_seconds", "Time from enqueue to the rig's ACK.", ack_latency_seconds);
+
+  for (const auto& [raw_name, value] : extra_gauges) {
+    std::string name = sanitize_name(raw_name);
+    if (name.rfind(kPrefix, 0) == 0) name.erase(0, kPrefix.size());
+    std::string_view help = "Point-in-time value computed at scrape time.";
+    if (name == "process_resident_memory_bytes") help = "Resident set size of the broker (VmRSS).";
+    if (name == "process_open_fds") help = "Open file descriptors of the broker process.";
+    w.header(name, "gauge", help);
+    w.sample(name, {}, format_number(value));
+  }
+  return w.take();
+}
+
+}  // namespace fleetlink::broker

@@ -1,0 +1,42 @@
+#pragma once
+// The in-process registry: one broker, no Redis. Same rules as the Redis script:
+// a HELLO wins with a newer boot_id; a refresh succeeds only for the exact owner;
+// entries expire after the TTL unless refreshed.
+#include <array>
+#include <string>
+#include <vector>
+#include <unordered_map>
+
+#include "store/registry_backend.hpp"
+
+namespace fleetlink::broker {
+
+class EmbeddedRegistry final : public RegistryBackend {
+ public:
+  explicit EmbeddedRegistry(std::uint64_t ttl_ms = 60000) : ttl_ms_(ttl_ms) {}
+  bool up() const override { return true; }
+  ClaimOutcome claim(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id,
+                     bool force, std::uint64_t now_ms) override;
+  bool refresh(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id,
+               std::uint64_t now_ms) override;
+  void release(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id) override;
+  std::optional<RegistryEntry> lookup(std::string_view rig_id, std::uint64_t now_ms) const override;
+  std::size_t size() const noexcept { return entries_.size(); }
+
+ private:
+  // Compact on purpose (one per connected rig): the boot id inline, the broker
+  // id as an index into brokers_ (a handful of distinct values).
+  struct Slot {
+    std::uint64_t expires_ms = 0;
+    std::uint32_t broker = 0;
+    std::uint8_t boot_len = 0;
+    std::array<char, 40> boot{};
+    std::string_view boot_id() const { return {boot.data(), boot_len}; }
+  };
+  std::uint32_t broker_index(std::string_view broker_id);
+  std::uint64_t ttl_ms_;
+  std::unordered_map<std::string, Slot> entries_;
+  std::vector<std::string> brokers_;
+};
+
+}  // namespace fleetlink::broker

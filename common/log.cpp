@@ -1,0 +1,114 @@
+#include "common/log.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+
+namespace fleetlink::log {
+namespace {
+
+std::atomic<Level> g_level{Level::info};
+
+bool journal_from_env() noexcept {
+  const char* js = std::getenv("JOURNAL_STREAM");
+  return js != nullptr && *js != '\0';
+}
+std::atomic<bool> g_journal{journal_from_env()};
+
+const char* padded_name(Level l) noexcept {
+  switch (l) {
+    case Level::debug: return "DEBUG";
+    case Level::info: return "INFO ";
+    case Level::warn: return "WARN ";
+    case Level::error: return "ERROR";
+  }
+  return "?    ";
+}
+
+}  // namespace
+
+bool parse_level(std::string_view text, Level& out) noexcept {
+  if (text == "debug") out = Level::debug;
+  else if (text == "info") out = Level::info;
+  else if (text == "warn" || text == "warning") out = Level::warn;
+  else if (text == "error") out = Level::error;
+  else return false;
+  return true;
+}
+
+const char* level_name(Level level) noexcept {
+  switch (level) {
+    case Level::debug: return "debug";
+    case Level::info: return "info";
+    case Level::warn: return "warn";
+    case Level::error: return "error";
+  }
+  return "info";
+}
+
+void set_level(Level l) noexcept { g_level.store(l, std::memory_order_relaxed); }
+Level level() noexcept { return g_level.load(std::memory_order_relaxed); }
+void detect_journal() noexcept { g_journal = journal_from_env(); }
+
+std::uint64_t wall_ms() noexcept {
+  using namespace std::chrono;
+  return static_cast<std::uint64_t>(duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count());
+}
+
+std::string iso8601_ms(std::uint64_t unix_ms) {
+  const auto secs = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03uZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<unsigned>(unix_ms % 1000));
+  return buf;
+}
+
+std::string format_line(Level level, std::string_view text, bool journal, std::uint64_t unix_ms) {
+  std::string line;
+  line.reserve(text.size() + 32);
+  if (journal) {
+    line += '<';
+    line += std::to_string(static_cast<int>(level));
+    line += '>';
+  } else {
+    line += iso8601_ms(unix_ms);
+    line += ' ';
+    line += padded_name(level);
+    line += ' ';
+  }
+  for (char c : text) line += (c == '\n' || c == '\r') ? ' ' : c;
+  return line;
+}
+
+void write(Level level, std::string_view text) {
+  std::string line = format_line(level, text, g_journal.load(std::memory_order_relaxed), wall_ms());
+  line += '\n';
+  const char* p = line.data();
+  std::size_t left = line.size();
+  while (left > 0) {
+    const ssize_t n = ::write(STDERR_FILENO, p, left);
+    if (n <= 0) break;
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+}
+
+void writef(Level level, const char* fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  const int n = std::vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  write(level, std::string_view(msg, std::min<std::size_t>(static_cast<std::size_t>(n), sizeof msg - 1)));
+}
+
+}  // namespace fleetlink::log

@@ -1,0 +1,92 @@
+#pragma once
+// A scriptable in-memory Fleet for the control API's unit tests: the real
+// data plane is exercised by the integration tests.
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fleet/fleet.hpp"
+
+namespace fleetlink::broker::testing {
+
+class FakeFleet final : public Fleet {
+ public:
+  std::map<std::string, RigView, std::less<>> rig_map;
+  std::map<std::string, CommandView, std::less<>> commands;
+  std::optional<EnqueueFailure> next_failure;  // returned by the next enqueue, then cleared
+  std::vector<std::pair<std::string, StringMap>> enqueued;  // kind, args
+  std::vector<std::string> reconnected;
+  std::vector<std::string> cancelled;   // cmd_ids passed to cancel()
+  bool cancel_accepts = true;           // what cancel() returns for a live command
+  std::optional<std::chrono::milliseconds> drain_window;
+  bool is_ready = true;
+  EventBus bus;
+  std::uint64_t next_seq = 1;
+
+  EnqueueOutcome enqueue(std::string_view rig_id, std::string kind, StringMap args) override {
+    if (next_failure) {
+      EnqueueFailure f = *next_failure;
+      next_failure.reset();
+      return f;
+    }
+    if (rig_map.find(rig_id) == rig_map.end()) {
+      EnqueueFailure f;
+      f.error = EnqueueError::unknown_rig;
+      f.rig_id = std::string(rig_id);
+      f.detail = "no live connection for rig " + std::string(rig_id);
+      return f;
+    }
+    enqueued.emplace_back(kind, args);
+    return EnqueueOk{"cmd-" + std::to_string(next_seq), std::string(rig_id), next_seq++};
+  }
+  std::vector<RigView> rigs() const override {
+    std::vector<RigView> out;
+    for (const auto& [id, r] : rig_map) out.push_back(r);
+    return out;
+  }
+  std::optional<RigView> rig(std::string_view rig_id) const override {
+    auto it = rig_map.find(rig_id);
+    if (it == rig_map.end()) return std::nullopt;
+    return it->second;
+  }
+  std::optional<CommandView> command(std::string_view cmd_id) const override {
+    auto it = commands.find(cmd_id);
+    if (it == commands.end()) return std::nullopt;
+    return it->second;
+  }
+  bool force_reconnect(std::string_view rig_id) override {
+    if (rig_map.find(rig_id) == rig_map.end()) return false;
+    reconnected.emplace_back(rig_id);
+    return true;
+  }
+  bool cancel(std::string_view cmd_id) override {
+    if (commands.find(cmd_id) == commands.end() || !cancel_accepts) return false;
+    cancelled.emplace_back(cmd_id);
+    return true;
+  }
+  void start_drain(std::chrono::milliseconds window) override { drain_window = window; }
+  bool draining() const override { return drain_window.has_value(); }
+  bool ready() const override { return is_ready; }
+  std::string broker_id() const override { return "broker-test"; }
+  EventBus& events() override { return bus; }
+
+  void emit(const FleetEvent& e) { bus.emit(e); }
+};
+
+inline RigView make_rig(const std::string& id) {
+  RigView r;
+  r.rig_id = id;
+  r.state = "connected";
+  r.boot_id = "01938a2b-0000-7000-8000-000000000001";
+  r.agent_version = "0.1.0";
+  r.labels = {{"lab", "b2"}};
+  r.kinds = {"dmesg", "reboot"};
+  r.peer = "127.0.0.1:40000";
+  r.connected_at_ms = 1'800'000'000'000ULL;
+  r.last_seen_ms = 1'800'000'001'000ULL;
+  r.outbox_capacity = 128;
+  return r;
+}
+
+}  // namespace fleetlink::broker::testing

@@ -1,0 +1,92 @@
+// The control stream's lines (pure): request parsing and answer formatting.
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <variant>
+
+#include "control/control_json.hpp"
+#include "control/stream_protocol.hpp"
+
+using namespace fleetlink::broker;
+using nlohmann::ordered_json;
+
+namespace {
+
+stream::LineError error_of(std::string_view line) {
+  const stream::Request r = stream::parse_line(line);
+  REQUIRE(std::holds_alternative<stream::LineError>(r));
+  return std::get<stream::LineError>(r);
+}
+
+}  // namespace
+
+TEST_CASE("control stream: a send request with every field") {
+  const stream::Request r = stream::parse_line(
+      R"({"op":"send","ref":"r1","rig_id":"rig-0414","kind":"dmesg","args":{"lines":50,"all":true,"s":"x"},"notify":"acked"})");
+  REQUIRE(std::holds_alternative<stream::SendRequest>(r));
+  const auto& s = std::get<stream::SendRequest>(r);
+  CHECK(s.ref == "r1");
+  CHECK(s.rig_id == "rig-0414");
+  CHECK(s.kind == "dmesg");
+  CHECK(s.args == fleetlink::StringMap{{"all", "true"}, {"lines", "50"}, {"s", "x"}});
+  CHECK_FALSE(s.until_done);
+  // Defaults: no ref, no args, until done.
+  const stream::Request dr = stream::parse_line(R"({"op":"send","rig_id":"a","kind":"k"})");
+  REQUIRE(std::holds_alternative<stream::SendRequest>(dr));
+  const auto& d = std::get<stream::SendRequest>(dr);
+  CHECK(d.ref.empty());
+  CHECK(d.args.empty());
+  CHECK(d.until_done);
+}
+
+TEST_CASE("control stream: malformed lines are errors that keep the ref when they can") {
+  CHECK(error_of("").error == "bad_request");
+  CHECK(error_of("{\"op\":").detail == "a line must be one JSON object");
+  CHECK(error_of("[1,2]").detail == "a line must be one JSON object");
+  CHECK(error_of("\xff\xfe").error == "bad_request");
+  CHECK(error_of(R"({"ref":7,"op":"send"})").ref.empty());
+  CHECK(error_of(R"({"ref":")" + std::string(65, 'r') + R"(","op":"send"})").ref.empty());
+  CHECK(error_of(R"({"ref":"a"})").ref == "a");
+  CHECK(error_of(R"({"ref":"a","op":"launch"})").detail == "unknown op (known: send)");
+  CHECK(error_of(R"({"ref":"a","op":"send","kind":"k"})").detail.find("rig_id") != std::string::npos);
+  CHECK(error_of(R"({"ref":"a","op":"send","rig_id":"","kind":"k"})").detail.find("rig_id") != std::string::npos);
+  CHECK(error_of(R"({"ref":"a","op":"send","rig_id":"r"})").detail.find("kind") != std::string::npos);
+  CHECK(error_of(R"({"op":"send","rig_id":"r","kind":"k","args":[1]})").detail.find("args") != std::string::npos);
+  CHECK(error_of(R"({"op":"send","rig_id":"r","kind":"k","args":{"a":{}}})").detail == "\"args.a\" must be a string");
+  CHECK(error_of(R"({"op":"send","rig_id":"r","kind":"k","notify":"never"})").detail.find("notify") != std::string::npos);
+  CHECK(error_of(std::string(stream::kMaxLineBytes + 1, ' ')).detail.find("line over") == 0);
+}
+
+TEST_CASE("control stream: answer lines are one JSON object each, escaped like the library") {
+  fleetlink::broker::EnqueueOk ok{"01a00000-0000-7000-8000-000000000001", "rig-\"7\"", 9};
+  const std::string q = stream::queued_line("r\n1", ok);
+  REQUIRE(q.back() == '\n');
+  const ordered_json qj = ordered_json::parse(q);
+  CHECK(dump_json(qj) + "\n" == q);
+  CHECK(qj["op"] == "queued");
+  CHECK(qj["ref"] == "r\n1");
+  CHECK(qj["seq"] == 9);
+
+  fleetlink::broker::EnqueueFailure f;
+  f.error = EnqueueError::unknown_rig;
+  f.rig_id = "rig-\xc3\xa9";
+  f.detail = "not here";
+  const std::string r = stream::refused_line("x", f);
+  CHECK(dump_json(ordered_json::parse(r)) + "\n" == r);
+  CHECK(ordered_json::parse(r)["error"] == "unknown_rig");
+
+  const std::string e = stream::error_line({"", "bad_request", "bad \xff byte"});
+  CHECK(ordered_json::parse(e)["detail"] == "bad \xef\xbf\xbd byte");  // replaced, still valid JSON
+
+  const std::string a = stream::event_line("acked", "r1", "c1", "duplicate");
+  CHECK(a == "{\"op\":\"acked\",\"ref\":\"r1\",\"cmd_id\":\"c1\",\"detail\":\"duplicate\"}\n");
+}
+
+TEST_CASE("control stream: which fleet events a stream carries") {
+  CHECK(stream::op_for_event(EventType::command_acked) == "acked");
+  CHECK(stream::op_for_event(EventType::command_done) == "done");
+  CHECK(stream::op_for_event(EventType::command_nacked) == "nacked");
+  CHECK(stream::op_for_event(EventType::command_lost) == "lost");
+  CHECK(stream::op_for_event(EventType::rig_connected).empty());
+}
