@@ -1,12 +1,13 @@
 #pragma once
-// The control API's routing: method + path -> handler -> status + body.
+// The control API: every endpoint, routed by the table in routes.cpp to its
+// handler (routes_*.cpp, one file per resource): method + path -> status + body.
 // Pure apart from the Fleet it is given (and /proc for /metrics), so it is
 // unit-tested with a fake Fleet and no sockets.
 #include <cstdint>
 
+#include "control/http_message.hpp"
 #include "control/options.hpp"
 #include "fleet/fleet.hpp"
-#include "control/http_message.hpp"
 #include "observe/metrics.hpp"
 
 namespace fleetlink::broker {
@@ -27,8 +28,5 @@ bool held_command_reached(const HeldCommand& hold, const FleetEvent& event);
 // The answer of a held POST once it ends (reached or timed out): 202 with
 // cmd_id, rig_id, seq and the command's current state.
 HttpResponse held_command_answer(const HeldCommand& hold, const Fleet& fleet);
-
-// A JSON error response {"error":code,"detail":detail}.
-HttpResponse json_error(int status, std::string_view code, std::string_view detail);
 
 }  // namespace fleetlink::broker

@@ -22,6 +22,7 @@
 #include "fleet/command_table.hpp"
 #include "control/batches.hpp"
 #include "control/control_json.hpp"
+#include "control/handler_support.hpp"
 #include "control/routes.hpp"
 #include "control/stream_protocol.hpp"
 #include "control/http_message.hpp"

@@ -1,0 +1,100 @@
+#include "control/router.hpp"
+
+#include <algorithm>
+
+#include "control/handler_support.hpp"
+#include "control/http_util.hpp"
+
+namespace fleetlink::broker {
+
+const std::string& PathParams::get(std::string_view name) const noexcept {
+  static const std::string kNone;
+  for (const auto& [key, value] : values_) {
+    if (key == name) return value;
+  }
+  return kNone;
+}
+
+Router::Router(std::span<const Route> routes) {
+  routes_.reserve(routes.size());
+  for (const Route& r : routes) {
+    Compiled c{&r, {}};
+    std::string_view rest = r.pattern;
+    while (!rest.empty()) {
+      const std::size_t slash = rest.find('/');
+      const std::string_view seg = rest.substr(0, slash);
+      if (seg.size() >= 2 && seg.front() == '{' && seg.back() == '}') {
+        c.segments.push_back({seg.substr(1, seg.size() - 2), true});
+      } else if (!seg.empty()) {
+        c.segments.push_back({seg, false});
+      }
+      rest = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
+    }
+    routes_.push_back(std::move(c));
+  }
+}
+
+bool Router::path_matches(const Compiled& c, const std::vector<std::string>& path) noexcept {
+  if (c.segments.size() != path.size()) return false;
+  for (std::size_t i = 0; i < path.size(); ++i) {
+    if (!c.segments[i].param && c.segments[i].text != path[i]) return false;
+  }
+  return true;
+}
+
+bool Router::method_matches(const Route& r, std::string_view method) noexcept {
+  if (r.method == method) return true;
+  return method == "HEAD" && r.method == "GET" && (r.flags & Route::kNoHead) == 0;
+}
+
+Router::Match Router::match(std::string_view method, std::string_view path) const {
+  const std::vector<std::string> segments = split_path(path);
+  Match m;
+  const Compiled* chosen = nullptr;
+  for (const Compiled& c : routes_) {
+    if (!path_matches(c, segments)) continue;
+    m.known_path = true;
+    if ((c.route->flags & Route::kOpen) != 0) m.open = true;
+    if (chosen == nullptr && method_matches(*c.route, method)) chosen = &c;
+  }
+  if (chosen != nullptr) {
+    m.route = chosen->route;
+    for (std::size_t i = 0; i < segments.size(); ++i) {
+      if (chosen->segments[i].param) m.params.add(chosen->segments[i].text, segments[i]);
+    }
+  } else if (m.known_path) {
+    std::vector<std::string_view> methods;
+    for (const Compiled& c : routes_) {
+      if (!path_matches(c, segments) || std::find(methods.begin(), methods.end(), c.route->method) != methods.end()) {
+        continue;
+      }
+      methods.push_back(c.route->method);
+      if (!m.allow.empty()) m.allow += ", ";
+      m.allow += c.route->method;
+    }
+  }
+  return m;
+}
+
+HttpResponse Router::dispatch(const HttpRequest& req, Fleet& fleet, const BrokerMetrics& metrics,
+                              const ControlApiOptions& options, std::uint64_t now_ms) const {
+  const Match m = match(req.method, req.path);
+  if (!options.token.empty() && !m.open && !bearer_token_matches(req.authorization, options.token)) {
+    HttpResponse r = json_error(401, "unauthorized", "missing or wrong bearer token");
+    r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"fleetlink\"");
+    return r;
+  }
+  HttpResponse r;
+  if (m.route != nullptr) {
+    r = m.route->handler(RouteContext{req, m.params, fleet, metrics, options, now_ms});
+  } else if (m.known_path) {
+    r = json_error(405, "method_not_allowed", "allowed: " + m.allow);
+    r.headers.emplace_back("Allow", m.allow);
+  } else {
+    r = json_error(404, "not_found", "no such endpoint: " + req.path);
+  }
+  if (req.method == "HEAD") r.body.clear();
+  return r;
+}
+
+}  // namespace fleetlink::broker

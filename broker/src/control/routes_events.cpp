@@ -1,0 +1,38 @@
+// GET /v1/events[?types=a,b]: the answer only says "stream"; the transport
+// (control_net/control_sse.cpp) keeps the connection and writes the events.
+#include <string>
+
+#include "control/handler_support.hpp"
+#include "control/handlers.hpp"
+#include "control/http_util.hpp"
+
+namespace fleetlink::broker::handlers {
+
+HttpResponse get_events(const RouteContext& ctx) {
+  HttpResponse r;
+  r.content_type = "text/event-stream";
+  r.event_stream = true;
+  // ?types=command_acked,command_done: a watcher that needs only some events
+  // does not pay (nor make the broker pay) for the others.
+  const auto query = parse_query(ctx.request.query);
+  if (const auto t = query.find("types"); t != query.end()) {
+    r.event_types = EventTypes{};
+    std::string_view rest = t->second;
+    while (!rest.empty()) {
+      const std::size_t comma = rest.find(',');
+      const std::string_view name = rest.substr(0, comma);
+      const std::optional<EventType> type = event_type_from_string(name);
+      if (!type) {
+        return json_error(400, "bad_request",
+                          "unknown event type '" + std::string(name.substr(0, 64)) +
+                              "' in types (known: rig_connected, rig_disconnected, rig_event, command_acked, "
+                              "command_done, command_nacked, command_lost, drain_started)");
+      }
+      r.event_types.add(*type);
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+  }
+  return r;
+}
+
+}  // namespace fleetlink::broker::handlers
