@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   BrokerMetrics metrics;
   int exit_code = 0;
   {
-    Broker broker(cfg, &loop, metrics, std::make_unique<EmbeddedRegistry>());
+    BrokerApp broker(cfg, &loop, metrics, std::make_unique<EmbeddedRegistry>());
     auto started = broker.start();
     if (!started) {
       FL_ERROR("cannot start: %s", started.error().detail.c_str());

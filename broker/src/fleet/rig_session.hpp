@@ -1,48 +1,51 @@
 #pragma once
-// The state of one rig connection. It lives inside libwebsockets' per-session
-// allocation (placement-new at ESTABLISHED, destroyed at CLOSED), so an idle
-// rig costs lws's own ~1.1 KB plus this struct and its few small strings:
-// no per-connection map, no buffers until a command or a fragmented frame needs one.
+// One rig connection as the fleet core sees it. The transport owns the memory
+// (the rig protocol places it inside libwebsockets' per-connection allocation),
+// the core owns the state: an idle rig costs lws's own ~1.1 KB plus this struct
+// and its few small strings, no per-connection map, no buffer until a command or
+// a fragmented frame needs one (docs/PERFORMANCE.md).
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "fleetlink/messages.hpp"
-#include "fleetlink/uuid.hpp"
+#include "fleet/frame_assembler.hpp"
 #include "fleet/keepalive.hpp"
+#include "fleet/outbound.hpp"
 #include "fleet/outbox.hpp"
 #include "fleet/rate_limiter.hpp"
-
-struct lws;
+#include "fleetlink/uuid.hpp"
 
 namespace fleetlink::broker {
 
-enum class ConnPhase : std::uint8_t { awaiting_hello, live, closing };
+enum class SessionPhase : std::uint8_t {
+  awaiting_hello,  // connected; the first frame must be a HELLO within the hello timeout
+  live,            // WELCOMEd: registered as the rig's connection
+  closing,         // a close was asked for; input is ignored, nothing more is written
+};
 
-struct Connection {
-  static constexpr std::uint32_t kMagic = 0xF1EE7C0Au;
+using LabelList = std::vector<std::pair<std::string, std::string>>;  // sorted by key
 
-  Connection(lws* w, bool plain_listener, double burst, std::uint32_t now_mono_ms, std::uint64_t now_wall_ms)
-      : wsi(w), rate_limit(burst, now_mono_ms), established_mono_ms(now_mono_ms),
-        connected_at_ms(now_wall_ms), plain(plain_listener) {}
+struct RigSession {
+  RigSession(void* transport_handle, bool tls_identity, double burst, std::uint32_t now_mono_ms,
+             std::uint64_t now_wall_ms)
+      : handle(transport_handle), rate_limit(burst, now_mono_ms), established_mono_ms(now_mono_ms),
+        connected_at_ms(now_wall_ms), authenticated(tls_identity) {}
+  RigSession(const RigSession&) = delete;
+  RigSession& operator=(const RigSession&) = delete;
 
-  std::uint32_t magic = kMagic;
-  lws* wsi;
-  Connection* prev = nullptr;        // every WebSocket connection, for the sweep timer
-  Connection* next = nullptr;
+  void* handle;                      // the transport's connection (an lws wsi); opaque here
+  RigSession* prev = nullptr;        // every session, for the sweep and the drain
+  RigSession* next = nullptr;
 
   std::string rig_id;                // short ids fit the string's inline buffer
   Uuid boot_id;                      // binary (byte order = text order = time order)
-  // Interned by the broker: a fleet shares a handful of versions, kind sets and label sets.
+  // Interned by the registry: a fleet shares a handful of versions, kind sets and label sets.
   const std::string* agent_version = nullptr;
-  const std::vector<std::string>* kinds = nullptr;
-  const std::vector<std::pair<std::string, std::string>>* labels = nullptr;  // sorted by key
-  // A frame that lws hands over in pieces (larger than the receive buffer) is
-  // assembled here; null between frames.
-  std::unique_ptr<std::vector<std::uint8_t>> partial_frame;
+  const std::vector<std::string>* kinds = nullptr;  // sorted
+  const LabelList* labels = nullptr;
 
+  FrameAssembler assembler;
   Outbox outbox;
   KeepaliveState keepalive;
   RateLimiter rate_limit;            // inbound frames per second
@@ -53,14 +56,11 @@ struct Connection {
   std::uint32_t goaway_after_ms = 0;
   std::uint16_t close_code = 0;       // ours, when the broker closes
   std::uint16_t peer_close_code = 0;  // theirs, when the rig closes
-  ConnPhase phase = ConnPhase::awaiting_hello;
-  bool plain;                        // accepted on the plain ws listener: no cert identity
-  bool registered = false;           // owns the rig's entry in the broker's rig map
-  bool want_ping = false;
-  bool want_welcome = false;
-  bool want_goaway = false;
-  bool has_cancels = false;          // CANCELs wait in Broker::pending_cancels_
+  SessionPhase phase = SessionPhase::awaiting_hello;
+  bool authenticated;                // TLS with a client certificate: the HELLO's rig_id is checked against it
+  bool registered = false;           // owns the rig's entry in the registry
   bool rx_paused = false;            // reading stopped by the inbound rate limit
+  OutboundFlags outbound;
 };
 
 }  // namespace fleetlink::broker

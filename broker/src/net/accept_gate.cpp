@@ -8,10 +8,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <libwebsockets.h>
+
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "common/log.hpp"
+#include "fleet/observer.hpp"
 
 namespace fleetlink::broker {
 
@@ -189,6 +193,108 @@ void AdmissionListener::close() {
     ::close(fd_);
     fd_ = -1;
   }
+}
+
+// ---------------------------------------------------------------------------------
+// AcceptGate
+
+namespace {
+
+// lws_add_http_header_status() writes "HTTP/1.0" here: at CONFIRM_UPGRADE the
+// request's version is not recorded yet. WebSocket clients (RFC 6455 4.1)
+// expect an HTTP/1.1 answer, so the status line is written by hand.
+int add_status_line(int code, const char* text, unsigned char** p, unsigned char* end) {
+  const int n = std::snprintf(reinterpret_cast<char*>(*p), static_cast<std::size_t>(end - *p), "HTTP/1.1 %d %s\r\n",
+                              code, text);
+  if (n < 0 || n >= end - *p) return 1;
+  *p += n;
+  return 0;
+}
+
+}  // namespace
+
+AcceptGate::AcceptGate(uv_loop_t* loop, Settings settings, FleetObserver& observer, std::function<bool()> draining)
+    : loop_(loop), settings_(settings), observer_(observer), draining_(std::move(draining)),
+      bucket_(settings.accept_rate, settings.accept_burst, mono_us()),
+      // A pending entry outlives lws's own TLS-accept timeout only if its end was missed.
+      pending_(settings.max_pending_handshakes, (std::uint64_t{settings.tls_accept_timeout_s} + 10) * 1000),
+      rng_(std::random_device{}()) {}
+
+AcceptGate::~AcceptGate() { close(); }
+
+std::uint64_t AcceptGate::mono_us() const noexcept { return uv_hrtime() / 1000; }
+std::uint64_t AcceptGate::mono_ms() const noexcept { return uv_hrtime() / 1000000; }
+
+Expected<void> AcceptGate::open(lws_vhost* vhost, const HostPort& where, bool tls) {
+  auto adopt = [this, vhost, tls](int fd) {
+    if (draining_()) {
+      ::close(fd);
+      return;
+    }
+    if (tls) bucket_.try_take(mono_us());
+    lws* wsi = lws_adopt_socket_vhost(vhost, fd);
+    if (!wsi) {
+      FL_WARN("could not adopt an accepted socket");
+      ::close(fd);
+      return;
+    }
+    pending_.started(wsi, mono_ms());
+  };
+  auto hold = [this, tls]() -> std::uint64_t {
+    if (pending_.full()) {
+      pending_.expire(mono_ms());
+      // Resumed by handshake_finished(); the timed look again only guards a missed end.
+      if (pending_.full()) return 100 * 1000;
+    }
+    return tls ? bucket_.wait_us(mono_us()) : 0;
+  };
+  std::unique_ptr<AdmissionListener>& slot = tls ? tls_ : plain_;
+  slot = std::make_unique<AdmissionListener>(loop_, adopt, hold);
+  return slot->open(where);
+}
+
+void AcceptGate::handshake_finished(lws* wsi) {
+  const bool was_full = pending_.full();
+  if (!pending_.finished(wsi) || !was_full) return;
+  if (tls_) tls_->resume();
+  if (plain_) plain_->resume();
+}
+
+int AcceptGate::on_upgrade(lws* wsi) {
+  char uri[128] = {};
+  lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI);
+  unsigned char buf[LWS_PRE + 512];
+  unsigned char* start = buf + LWS_PRE;
+  unsigned char* p = start;
+  unsigned char* end = buf + sizeof buf - 1;
+  if (std::strcmp(uri, "/agent") != 0) {
+    FL_DEBUG("upgrade refused: path %s", uri);
+    if (add_status_line(HTTP_STATUS_NOT_FOUND, "Not Found", &p, end) ||
+        lws_add_http_header_content_length(wsi, 0, &p, end) || lws_finalize_write_http_header(wsi, start, &p, end))
+      return -1;
+    return 1;
+  }
+  // TLS rigs already took their token at accept().
+  const bool draining = draining_();
+  if (!draining && (lws_is_ssl(wsi) != 0 || bucket_.try_take(mono_us()))) {
+    observer_.upgrade_admitted();
+    return 0;
+  }
+  std::uniform_int_distribution<std::uint32_t> jitter(settings_.retry_after_min_s, settings_.retry_after_max_s);
+  const std::string retry = std::to_string(jitter(rng_));
+  observer_.upgrade_refused(draining ? "draining" : "accept rate", retry);
+  if (add_status_line(HTTP_STATUS_SERVICE_UNAVAILABLE, "Service Unavailable", &p, end) ||
+      lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_RETRY_AFTER,
+                                   reinterpret_cast<const unsigned char*>(retry.data()),
+                                   static_cast<int>(retry.size()), &p, end) ||
+      lws_add_http_header_content_length(wsi, 0, &p, end) || lws_finalize_write_http_header(wsi, start, &p, end))
+    return -1;
+  return 1;
+}
+
+void AcceptGate::close() {
+  if (tls_) tls_->close();
+  if (plain_) plain_->close();
 }
 
 }  // namespace fleetlink::broker

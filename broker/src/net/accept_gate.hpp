@@ -22,12 +22,16 @@
 #include <deque>
 #include <functional>
 #include <limits>
+#include <memory>
+#include <random>
 #include <string>
 #include <unordered_map>
 
 #include "app/config.hpp"
 #include "fleetlink/expected.hpp"
+#include "fleetlink/token_bucket.hpp"
 
+struct lws;
 struct lws_vhost;
 
 namespace fleetlink::broker {
@@ -99,6 +103,56 @@ class AdmissionListener {
   std::size_t max_waiting_;
   int fd_ceiling_ = std::numeric_limits<int>::max();   // RLIMIT_NOFILE minus kFdReserve
   std::deque<int> waiting_;   // accepted, not yet handed over (FIFO)
+};
+
+class FleetObserver;
+
+// The rig listeners' gate, both of them (TLS; plain ws on loopback for benches):
+// an AdmissionListener each, the accept-rate token bucket, the bound on
+// handshakes in flight, and the answer at the WebSocket upgrade. TLS rigs take
+// their token at accept() (over the bucket they wait in the backlog: no
+// handshake is spent on a 503); plain rigs take it at the upgrade, where a 503
+// with a jittered Retry-After is cheap.
+class AcceptGate {
+ public:
+  struct Settings {
+    double accept_rate = 50;
+    double accept_burst = 100;
+    std::uint32_t retry_after_min_s = 5;
+    std::uint32_t retry_after_max_s = 15;
+    std::uint32_t max_pending_handshakes = 256;
+    std::uint32_t tls_accept_timeout_s = 30;
+  };
+  // `draining`: whether the broker refuses new rigs now.
+  AcceptGate(uv_loop_t* loop, Settings settings, FleetObserver& observer, std::function<bool()> draining);
+  ~AcceptGate();
+  AcceptGate(const AcceptGate&) = delete;
+  AcceptGate& operator=(const AcceptGate&) = delete;
+
+  // Listens on `where` and hands accepted sockets to `vhost` (TLS or plain).
+  Expected<void> open(lws_vhost* vhost, const HostPort& where, bool tls);
+  int tls_port() const noexcept { return tls_ ? tls_->port() : 0; }
+  int plain_port() const noexcept { return plain_ ? plain_->port() : 0; }
+  // A socket handed to lws finished (or failed) its handshake and upgrade.
+  void handshake_finished(lws* wsi);
+  // LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: 0 to admit; 1 when answered here (404 for
+  // another path, 503 + Retry-After over the rate or while draining); -1 on error.
+  int on_upgrade(lws* wsi);
+  // Stops accepting and closes the listening sockets (a drain, or shutdown).
+  void close();
+
+ private:
+  std::uint64_t mono_us() const noexcept;
+  std::uint64_t mono_ms() const noexcept;
+  uv_loop_t* loop_;
+  Settings settings_;
+  FleetObserver& observer_;
+  std::function<bool()> draining_;
+  TokenBucket bucket_;
+  PendingHandshakes pending_;
+  std::unique_ptr<AdmissionListener> tls_;
+  std::unique_ptr<AdmissionListener> plain_;
+  std::mt19937_64 rng_;
 };
 
 }  // namespace fleetlink::broker

@@ -8,8 +8,14 @@ namespace fleetlink::broker::net {
 WriteStatus write_prepared(lws* wsi, TxBuffer& tx, lws_write_protocol kind) {
   const std::size_t n = tx.payload_size();
   const int written = lws_write(wsi, tx.bytes().data() + LWS_PRE, n, kind);
+  if (written < 0) return WriteStatus::failed;
   // lws takes a whole payload or fails: what the socket refuses it buffers itself.
-  return written < 0 || static_cast<std::size_t>(written) != n ? WriteStatus::failed : WriteStatus::written;
+  // An HTTP write answers the payload's length; a WebSocket frame's answer also
+  // counts its header, so only HTTP is held to the exact length.
+  const unsigned base = static_cast<unsigned>(kind) & 0x1f;
+  const bool http = base == LWS_WRITE_HTTP || base == LWS_WRITE_HTTP_FINAL || base == LWS_WRITE_HTTP_HEADERS ||
+                    base == LWS_WRITE_HTTP_HEADERS_CONTINUATION;
+  return http && static_cast<std::size_t>(written) != n ? WriteStatus::failed : WriteStatus::written;
 }
 
 WriteStatus write_with_pre(lws* wsi, std::span<const std::uint8_t> payload, lws_write_protocol kind) {

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "fleet/command_table.hpp"
+#include "fleet/output_accounting.hpp"
 
 using namespace fleetlink;
 using namespace fleetlink::broker;

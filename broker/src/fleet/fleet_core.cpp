@@ -1,0 +1,470 @@
+#include "fleet/fleet_core.hpp"
+
+#include <algorithm>
+
+#include "fleet/frame_errors.hpp"
+#include "fleet/lifecycle.hpp"
+#include "fleetlink/uuid.hpp"
+
+namespace fleetlink::broker {
+
+FleetCore::FleetCore(FleetSettings settings, RigTransport& transport, FleetObserver& observer, const Clock& clock,
+                     RegistryBackend& registry, std::uint64_t seed)
+    : settings_(std::move(settings)), transport_(transport), observer_(observer), clock_(clock),
+      registry_(registry, settings_.broker_id), commands_(settings_.command_history), rng_(seed) {
+  // The sweep walks every session once per pass, a slice of them per tick: at
+  // 20,000 rigs a whole walk at once stalled the loop (and queued ~1,000 pings in
+  // one burst) every second.
+  const std::uint32_t pass_ms = settings_.keepalive.sweep_interval_ms(settings_.hello_timeout_ms);
+  sweep_slice_ms_ = std::max<std::uint32_t>(1, std::min(pass_ms, settings_.sweep_slice_ms));
+  sweep_slices_ = std::max<std::uint32_t>(1, pass_ms / sweep_slice_ms_);
+}
+
+bool FleetCore::ready() const { return transport_ready_ && registry_.backend_up() && !drain_.active; }
+
+// ---------------------------------------------------------------------------------
+// the connection lifecycle
+
+void FleetCore::on_open(RigSession& s) {
+  s.next = head_;
+  if (head_) head_->prev = &s;
+  head_ = &s;
+  ++connection_count_;
+  observer_.session_opened(s);
+  if (drain_.active) close_session(s, CloseCode::going_away, "broker draining");
+}
+
+void FleetCore::on_data(RigSession& s, std::span<const std::uint8_t> data, std::size_t remaining, bool final) {
+  if (s.phase == SessionPhase::closing) return;  // already leaving; input is ignored
+  FrameAssembler::Piece piece = s.assembler.add(data, remaining, final, settings_.max_frame_bytes);
+  if (piece.status == FrameAssembler::Status::too_large) {
+    refuse_frame(s, oversized_fault(settings_.max_frame_bytes), {});
+  } else if (piece.status == FrameAssembler::Status::complete) {
+    on_frame(s, piece.frame);
+  }
+}
+
+void FleetCore::on_pong(RigSession& s) {
+  s.keepalive.pong(clock_.mono_ms(), settings_.keepalive);
+  s.last_seen_wall_ms = clock_.wall_ms();
+}
+
+void FleetCore::on_peer_close(RigSession& s, std::uint16_t code) { s.peer_close_code = code; }
+
+void FleetCore::on_closed(RigSession& s) {
+  // Closes by code: ours were reported when asked for; the rig's own code here,
+  // 1006 (abnormal, RFC 6455) when the socket simply went away.
+  const std::uint16_t peer_code =
+      s.phase == SessionPhase::closing ? 0 : (s.peer_close_code ? s.peer_close_code : std::uint16_t{1006});
+  unregister(s, "connection closed");
+  if (s.outbound.cancels) pending_cancels_.erase(&s);
+  if (s.rx_paused) std::erase(paused_, &s);
+  registry_.release_interned(s);
+  if (sweep_cursor_ == &s) sweep_cursor_ = s.next;
+  if (s.prev) s.prev->next = s.next;
+  else head_ = s.next;
+  if (s.next) s.next->prev = s.prev;
+  s.prev = s.next = nullptr;
+  --connection_count_;
+  observer_.session_closed(s, peer_code);
+  if (drain_.active) check_drain_done();
+}
+
+void FleetCore::close_session(RigSession& s, CloseCode code, std::string reason) {
+  if (s.phase == SessionPhase::closing) return;
+  s.phase = SessionPhase::closing;
+  s.close_code = static_cast<std::uint16_t>(code);
+  if (reason.size() > 123) reason.resize(123);
+  observer_.closing(s, transport_.peer_address(s), code, reason);
+  unregister(s, reason);
+  transport_.close(s, code, reason);
+}
+
+void FleetCore::unregister(RigSession& s, std::string_view why) {
+  if (registry_.remove(s)) {
+    observer_.rig_unregistered(s);
+    emit(EventType::rig_disconnected, s.rig_id, {}, std::string(why));
+  }
+  // Whatever was not acknowledged on this connection is lost: shown, never retransmitted.
+  if (s.outbox.size() == 0) return;
+  const std::uint64_t now = clock_.wall_ms();
+  for (OutboxEntry& e : s.outbox.take_all()) {
+    if (CommandView* v = e.view ? e.view : commands_.find(e.cmd_id)) lifecycle::lost(commands_, *v, now);
+    observer_.command_lost(s, e);
+    emit(EventType::command_lost, s.rig_id, e.cmd_id, "connection ended before ACK");
+  }
+}
+
+void FleetCore::refuse_frame(RigSession& s, const FrameFault& fault, std::string_view detail) {
+  observer_.frame_refused(s, fault, detail);
+  if (fault.close) close_session(s, fault.code, fault.reason);
+}
+
+std::string FleetCore::subject_of(const RigSession& s) const {
+  if (!s.authenticated) return "(none)";
+  const std::optional<CertIdentity> id = transport_.peer_identity(s);
+  return id ? id->subject : "(none)";
+}
+
+// ---------------------------------------------------------------------------------
+// inbound frames: decode, rate, dispatch to handle_*.cpp
+
+void FleetCore::on_frame(RigSession& s, std::span<const std::uint8_t> frame) {
+  observer_.frame_received(s);
+  s.last_seen_wall_ms = clock_.wall_ms();
+  const bool over_rate = !s.rate_limit.try_take(clock_.mono_ms(), settings_.rig_rate, settings_.rig_burst);
+  Expected<Message> decoded = decode(frame, DecodeOptions{settings_.max_frame_bytes});
+  if (over_rate) {
+    if (!decoded || !answers_a_command(*decoded) || s.phase != SessionPhase::live) {
+      refuse_frame(s, flood_fault(), {});
+      return;
+    }
+    pause_reading(s);
+  }
+  const bool live = s.phase == SessionPhase::live;
+  if (!decoded) {
+    const Error& e = decoded.error();
+    const FrameFault fault = decode_fault(e, live, settings_.strictness);
+    if (!live) observer_.hello_unusable(transport_.peer_address(s), subject_of(s), fault, e.detail);
+    refuse_frame(s, fault, e.detail);
+    return;
+  }
+  Message& m = *decoded;
+  if (!live) {
+    if (auto* hello = std::get_if<msg::Hello>(&m)) {
+      on_hello(s, std::move(*hello));
+    } else {
+      const FrameFault fault = not_hello_fault();
+      observer_.hello_unusable(transport_.peer_address(s), subject_of(s), fault, type_name(m));
+      close_session(s, fault.code, fault.reason);
+    }
+    return;
+  }
+  if (auto* ack = std::get_if<msg::Ack>(&m)) on_ack(s, *ack);
+  else if (auto* nack = std::get_if<msg::Nack>(&m)) on_nack(s, *nack);
+  else if (auto* result = std::get_if<msg::Result>(&m)) on_result(s, std::move(*result));
+  else if (auto* chunk = std::get_if<msg::OutputChunk>(&m)) on_output(s, *chunk);
+  else if (auto* ev = std::get_if<msg::Event>(&m)) on_event(s, *ev);
+  else refuse_frame(s, unexpected_fault(m), type_name(m));
+}
+
+void FleetCore::pause_reading(RigSession& s) {
+  if (s.rx_paused) return;
+  s.rx_paused = true;
+  paused_.push_back(&s);
+  transport_.pause_reading(s);
+}
+
+std::size_t FleetCore::resume_paused() {
+  const std::uint32_t now = clock_.mono_ms();
+  std::size_t resumed = 0;
+  for (std::size_t i = 0; i < paused_.size();) {
+    RigSession* s = paused_[i];
+    if (s->rate_limit.available(now, settings_.rig_rate, settings_.rig_burst) >= 1.0) {
+      s->rx_paused = false;
+      transport_.resume_reading(*s);
+      paused_[i] = paused_.back();
+      paused_.pop_back();
+      ++resumed;
+    } else {
+      ++i;
+    }
+  }
+  return resumed;
+}
+
+// ---------------------------------------------------------------------------------
+// the single writer
+
+bool FleetCore::has_more_to_write(const RigSession& s) const noexcept {
+  if (s.phase == SessionPhase::closing) return false;
+  return next_outbound(s.outbound, s.outbox.has_unsent()) != OutboundKind::none;
+}
+
+std::optional<Outgoing> FleetCore::next_frame(RigSession& s) {
+  if (s.phase == SessionPhase::closing) return std::nullopt;  // the transport sends the close frame
+  Outgoing out;
+  out.kind = next_outbound(s.outbound, s.outbox.has_unsent());
+  switch (out.kind) {
+    case OutboundKind::none:
+      return std::nullopt;
+    case OutboundKind::ping:
+      s.outbound.ping = false;
+      out.ping_stamp = clock_.mono_ms();
+      return out;
+    case OutboundKind::welcome: {
+      s.outbound.welcome = false;
+      msg::Welcome w;
+      w.broker_id = settings_.broker_id;
+      w.session_id = uuid_v7().to_string();
+      w.ping_interval_ms = settings_.keepalive.ping_interval_ms;
+      w.max_frame_bytes = settings_.max_frame_bytes;
+      out.message = std::move(w);
+      return out;
+    }
+    case OutboundKind::cancel: {
+      msg::Cancel cancel;
+      const auto it = pending_cancels_.find(&s);
+      if (it != pending_cancels_.end() && !it->second.empty()) {
+        cancel.cmd_id = std::move(it->second.front());
+        it->second.erase(it->second.begin());
+      }
+      if (it == pending_cancels_.end() || it->second.empty()) {
+        if (it != pending_cancels_.end()) pending_cancels_.erase(it);
+        s.outbound.cancels = false;
+      }
+      if (cancel.cmd_id.empty()) return next_frame(s);
+      out.message = std::move(cancel);
+      return out;
+    }
+    case OutboundKind::command: {
+      const OutboxEntry* e = s.outbox.next_unsent();
+      const std::uint64_t now = clock_.wall_ms();
+      const std::uint64_t seq = e->seq;
+      CommandView* v = e->view ? e->view : commands_.find(e->cmd_id);
+      s.outbox.mark_sent(seq, now);
+      if (!v) return next_frame(s);
+      msg::Command cmd;
+      cmd.seq = seq;
+      cmd.cmd_id = v->cmd_id;
+      cmd.kind = v->kind;
+      cmd.args = v->args;
+      cmd.issued_at_ms = v->enqueued_at_ms;
+      lifecycle::sent(*v, now);
+      out.message = std::move(cmd);
+      return out;
+    }
+    case OutboundKind::goaway:
+      s.outbound.goaway = false;
+      out.message = msg::Goaway{"broker draining", s.goaway_after_ms};
+      return out;
+  }
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------------
+// timers
+
+void FleetCore::sweep() {
+  const std::uint32_t now = clock_.mono_ms();
+  if (sweep_cursor_ == nullptr) {  // a new pass
+    sweep_cursor_ = head_;
+    refresh_pass_ = now - last_refresh_ms_ >= settings_.registry_refresh_ms;
+    if (refresh_pass_) last_refresh_ms_ = now;
+  }
+  std::size_t budget = (connection_count_ + sweep_slices_ - 1) / sweep_slices_;
+  while (sweep_cursor_ != nullptr && budget-- > 0) {
+    RigSession* s = sweep_cursor_;
+    sweep_cursor_ = s->next;
+    sweep_one(*s, now, refresh_pass_);
+  }
+  if (drain_.active) check_drain_done();
+}
+
+void FleetCore::sweep_one(RigSession& s, std::uint32_t now, bool refresh) {
+  if (s.phase == SessionPhase::awaiting_hello) {
+    if (now - s.established_mono_ms >= settings_.hello_timeout_ms)
+      close_session(s, CloseCode::hello_timeout,
+                    "no hello within " + std::to_string(settings_.hello_timeout_ms) + " ms");
+    return;
+  }
+  if (s.phase != SessionPhase::live) return;
+  if (refresh) registry_.refresh(s, clock_.wall_ms());
+  const unsigned before = s.keepalive.missed;
+  const KeepaliveAction a = s.keepalive.tick(now, settings_.keepalive);
+  if (s.keepalive.missed > before) observer_.pong_missed(s, s.keepalive.missed, settings_.keepalive.max_missed);
+  if (a == KeepaliveAction::dead) {
+    close_session(s, CloseCode::keepalive_timeout, std::to_string(s.keepalive.missed) + " pongs missed");
+  } else if (a == KeepaliveAction::send_ping) {
+    // The pong clock starts now, whether or not the socket lets the ping out:
+    // a rig that stopped reading is as dead as one that stopped answering.
+    s.keepalive.ping_sent(now, settings_.keepalive);
+    s.outbound.ping = true;
+    transport_.write_now(s);
+  }
+}
+
+// ---------------------------------------------------------------------------------
+// drain
+
+void FleetCore::start_drain(std::chrono::milliseconds window) {
+  if (drain_.active) return;
+  const auto window_ms = static_cast<std::uint32_t>(std::max<std::int64_t>(0, window.count()));
+  drain_.active = true;
+  drain_.started_ms = clock_.mono_ms();
+  drain_.window_ms = window_ms;
+  drain_.deadline_ms = std::max(settings_.drain_deadline_ms, window_ms + 1000);
+  transport_.stop_accepting();
+  std::vector<RigSession*> live;
+  for (RigSession* s = head_; s; s = s->next) {
+    if (s->phase == SessionPhase::live) live.push_back(s);
+    else if (s->phase == SessionPhase::awaiting_hello) close_session(*s, CloseCode::going_away, "broker draining");
+  }
+  const std::vector<std::uint32_t> delays = drain_spread(live.size(), window_ms, rng_);
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    live[i]->outbound.goaway = true;
+    live[i]->goaway_after_ms = delays[i];
+    transport_.write_soon(*live[i]);
+  }
+  observer_.drain_started(live.size(), window_ms, drain_.deadline_ms);
+  emit(EventType::drain_started, {}, {}, std::to_string(window_ms));
+  check_drain_done();
+}
+
+void FleetCore::check_drain_done() {
+  if (!drain_.active || drained_) return;
+  if (connection_count_ != 0 && !drain_.past_deadline(clock_.mono_ms())) return;
+  drained_ = true;
+  observer_.drain_finished(connection_count_);
+  if (on_drained_) on_drained_();
+}
+
+// ---------------------------------------------------------------------------------
+// events
+
+void FleetCore::emit(EventType type, std::string_view rig_id, std::string_view cmd_id, std::string detail) {
+  if (!bus_.wants(type, cmd_id)) return;  // nobody listens: build nothing
+  bus_.emit(FleetEvent{type, std::string(rig_id), std::string(cmd_id), std::move(detail), clock_.wall_ms()});
+}
+
+// ---------------------------------------------------------------------------------
+// Fleet
+
+EnqueueOutcome FleetCore::enqueue(std::string_view rig_id, std::string kind, StringMap args) {
+  auto fail = [&](EnqueueError e, std::string detail) -> EnqueueOutcome {
+    EnqueueFailure f;
+    f.error = e;
+    f.rig_id = std::string(rig_id);
+    f.detail = std::move(detail);
+    observer_.enqueue_refused(f);
+    return f;
+  };
+  if (drain_.active) return fail(EnqueueError::draining, "broker " + settings_.broker_id + " is draining");
+  // The SDK's own rules for a COMMAND (kind, args), so that what the broker accepts
+  // is exactly what a rig can decode; then the frame must fit the rig's limit.
+  Message command{msg::Command{1, uuid_v7().to_string(), std::move(kind), std::move(args), 0}};
+  msg::Command& probe = std::get<msg::Command>(command);
+  if (Expected<void> valid = validate(command); !valid) return fail(EnqueueError::bad_request, valid.error().detail);
+  std::size_t arg_bytes = 0;
+  for (const auto& [k, v] : probe.args) arg_bytes += k.size() + v.size();
+  if (arg_bytes + probe.kind.size() + 256 > settings_.max_frame_bytes)
+    return fail(EnqueueError::bad_request,
+                "args larger than the rigs' frame limit (" + std::to_string(settings_.max_frame_bytes) + " bytes)");
+  RigSession* found = registry_.find(rig_id);
+  if (!found)
+    return fail(EnqueueError::unknown_rig,
+                "rig " + std::string(rig_id) + " is not connected to " + settings_.broker_id);
+  RigSession& s = *found;
+  if (s.kinds && !s.kinds->empty() && !std::binary_search(s.kinds->begin(), s.kinds->end(), probe.kind))
+    return fail(EnqueueError::unsupported_kind, "rig " + s.rig_id + " does not run '" + probe.kind + "'");
+  std::string cmd_id = std::move(probe.cmd_id);
+  const std::uint64_t now = clock_.wall_ms();
+  std::uint64_t seq = 0;
+  if (auto full = s.outbox.enqueue(cmd_id, now, settings_.outbox_capacity, &seq)) {
+    EnqueueFailure f;
+    f.error = EnqueueError::rig_unresponsive;
+    f.rig_id = s.rig_id;
+    f.detail = std::move(full->detail);
+    f.last_ack_seq = s.outbox.last_ack_seq();
+    f.last_ack_at_ms = s.outbox.last_ack_at_ms();
+    f.suggested_action = "force_reconnect";
+    observer_.enqueue_refused(f);
+    return f;
+  }
+  CommandView v;
+  v.cmd_id = cmd_id;
+  v.rig_id = s.rig_id;
+  v.kind = std::move(probe.kind);
+  v.args = std::move(probe.args);
+  v.seq = seq;
+  v.state = CommandState::queued;
+  v.enqueued_at_ms = now;
+  CommandView* placed = commands_.insert(std::move(v));
+  s.outbox.set_view(seq, placed);
+  if (placed) observer_.command_enqueued(s, *placed, s.outbox.size());
+  transport_.write_now(s);
+  return EnqueueOk{std::move(cmd_id), s.rig_id, seq};
+}
+
+RigView FleetCore::view_of(const RigSession& s) const {
+  RigView r;
+  r.rig_id = s.rig_id;
+  r.state = drain_.active ? "draining" : s.keepalive.missed > 0 ? "unresponsive" : "connected";
+  r.boot_id = s.boot_id.to_string();
+  if (s.agent_version) r.agent_version = *s.agent_version;
+  if (s.labels) r.labels = StringMap(s.labels->begin(), s.labels->end());
+  if (s.kinds) r.kinds = *s.kinds;
+  r.peer = transport_.peer_address(s);
+  r.connected_at_ms = s.connected_at_ms;
+  r.last_seen_ms = s.last_seen_wall_ms ? s.last_seen_wall_ms : s.connected_at_ms;
+  r.last_ack_seq = s.outbox.last_ack_seq();
+  r.last_ack_at_ms = s.outbox.last_ack_at_ms();
+  r.next_seq = s.outbox.next_seq();
+  r.outbox_depth = s.outbox.unsent();
+  r.outbox_capacity = settings_.outbox_capacity;
+  r.missed_pongs = s.keepalive.missed;
+  const std::uint64_t now = clock_.wall_ms();
+  for (const OutboxEntry& e : s.outbox.entries()) {
+    UnackedCommand u;
+    u.cmd_id = e.cmd_id;
+    u.seq = e.seq;
+    if (const CommandView* v = commands_.find(e.cmd_id)) u.kind = v->kind;
+    u.age_ms = now > e.enqueued_ms ? now - e.enqueued_ms : 0;
+    u.sent = e.sent_ms != 0;
+    r.unacked.push_back(std::move(u));
+  }
+  return r;
+}
+
+std::vector<RigView> FleetCore::rigs() const {
+  std::vector<RigView> out;
+  out.reserve(registry_.size());
+  registry_.for_each([&](const RigSession& s) { out.push_back(view_of(s)); });
+  std::sort(out.begin(), out.end(), [](const RigView& a, const RigView& b) { return a.rig_id < b.rig_id; });
+  return out;
+}
+
+void FleetCore::visit_rig_labels(const RigLabelsVisitor& visit) const {
+  static const LabelList kNoLabels;
+  registry_.for_each([&](const RigSession& s) { visit(s.rig_id, s.labels ? *s.labels : kNoLabels); });
+}
+
+std::optional<RigView> FleetCore::rig(std::string_view rig_id) const {
+  const RigSession* s = registry_.find(rig_id);
+  if (!s) return std::nullopt;
+  return view_of(*s);
+}
+
+bool FleetCore::read_command(std::string_view cmd_id, const std::function<void(const CommandView&)>& read) const {
+  const CommandView* v = commands_.find(cmd_id);
+  if (v) read(*v);
+  return v != nullptr;
+}
+
+std::optional<CommandView> FleetCore::command(std::string_view cmd_id) const {
+  const CommandView* v = commands_.find(cmd_id);
+  if (!v) return std::nullopt;
+  return *v;
+}
+
+bool FleetCore::force_reconnect(std::string_view rig_id) {
+  RigSession* s = registry_.find(rig_id);
+  if (!s) return false;
+  close_session(*s, CloseCode::forced_reconnect, "operator asked for a reconnect");
+  return true;
+}
+
+bool FleetCore::cancel(std::string_view cmd_id) {
+  const CommandView* v = commands_.find(cmd_id);
+  if (!v || lifecycle::is_final(v->state)) return false;
+  RigSession* s = registry_.find(v->rig_id);
+  if (!s) return false;
+  std::vector<std::string>& list = pending_cancels_[s];
+  if (list.size() >= 64 || std::find(list.begin(), list.end(), cmd_id) != list.end()) return false;  // bounded
+  list.emplace_back(cmd_id);
+  s->outbound.cancels = true;
+  transport_.write_soon(*s);
+  return true;
+}
+
+}  // namespace fleetlink::broker

@@ -1,0 +1,21 @@
+// ACK: the rig accepted the command with this seq (and cmd_id); it leaves the
+// connection's outbox. A duplicate ACK says the rig had run that cmd_id before.
+#include "fleet/fleet_core.hpp"
+#include "fleet/lifecycle.hpp"
+
+namespace fleetlink::broker {
+
+void FleetCore::on_ack(RigSession& s, const msg::Ack& ack) {
+  const std::optional<OutboxEntry> entry = s.outbox.settle(ack.seq, ack.cmd_id);
+  if (!entry) {
+    observer_.unknown_answer(s, "ack", ack.seq, ack.cmd_id);
+    return;
+  }
+  const std::uint64_t now = clock_.wall_ms();
+  s.outbox.record_ack(ack.seq, now);
+  if (CommandView* v = entry->view ? entry->view : commands_.find(entry->cmd_id)) lifecycle::acked(*v, ack, now);
+  observer_.acked(s, ack, now - std::min(now, entry->enqueued_ms));
+  emit(EventType::command_acked, s.rig_id, entry->cmd_id, ack.duplicate ? "duplicate" : "");
+}
+
+}  // namespace fleetlink::broker

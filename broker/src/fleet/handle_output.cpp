@@ -1,0 +1,16 @@
+// OUTPUT: a chunk of a running command's output stream (the broker keeps a
+// bounded tail; the RESULT carries the head). The command is now running.
+#include "fleet/fleet_core.hpp"
+#include "fleet/lifecycle.hpp"
+
+namespace fleetlink::broker {
+
+void FleetCore::on_output(RigSession& s, const msg::OutputChunk& chunk) {
+  CommandView* v = commands_.find(chunk.cmd_id);
+  if (!v || v->rig_id != s.rig_id) return;
+  const std::uint64_t expected = v->stream_next_offset;
+  if (const std::uint64_t gap = lifecycle::output(*v, chunk); gap > 0)
+    observer_.output_gap(s, chunk.cmd_id, expected, chunk.offset, gap);
+}
+
+}  // namespace fleetlink::broker

@@ -1,0 +1,220 @@
+#include "net/rig_protocol.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <openssl/ssl.h>
+#include <sys/socket.h>
+
+#include <cstring>
+#include <ctime>
+#include <new>
+
+#include "common/log.hpp"
+#include "net/tls_identity.hpp"
+
+namespace fleetlink::broker::net {
+
+namespace {
+
+// What lws allocates per rig connection (zeroed): the session, constructed at
+// ESTABLISHED, and a mark that it was, so that callbacks before or after find none.
+struct RigSlot {
+  static constexpr std::uint32_t kMagic = 0xF1EE7C0Au;
+  std::uint32_t magic;
+  alignas(RigSession) unsigned char storage[sizeof(RigSession)];
+  RigSession* session() noexcept { return std::launder(reinterpret_cast<RigSession*>(storage)); }
+};
+
+RigSession* session_of(void* user) {
+  auto* slot = static_cast<RigSlot*>(user);
+  return slot && slot->magic == RigSlot::kMagic ? slot->session() : nullptr;
+}
+
+lws* wsi_of(const RigSession& s) { return static_cast<lws*>(s.handle); }
+
+std::string peer_of(lws* wsi) {
+  const int fd = lws_get_socket_fd(wsi);
+  sockaddr_storage ss{};
+  socklen_t sl = sizeof ss;
+  if (fd < 0 || getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &sl) != 0) return {};
+  char host[INET6_ADDRSTRLEN] = {};
+  if (ss.ss_family == AF_INET) {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+    return std::string(host) + ":" + std::to_string(ntohs(a->sin_port));
+  }
+  auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+  inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+  return "[" + std::string(host) + "]:" + std::to_string(ntohs(a->sin6_port));
+}
+
+}  // namespace
+
+lws_protocols* RigProtocol::protocols(std::size_t max_frame_bytes, std::size_t rx_buffer_bytes) {
+  protocols_[0] = {"fleetlink.v1", &RigProtocol::callback, sizeof(RigSlot), rx_buffer_bytes, 0, nullptr,
+                   max_frame_bytes + 64};
+  protocols_[1] = {nullptr, nullptr, 0, 0, 0, nullptr, 0};
+  return protocols_;
+}
+
+int RigProtocol::callback(lws* wsi, lws_callback_reasons reason, void* user, void* in, std::size_t len) {
+  lws_context* ctx = lws_get_context(wsi);
+  auto* self = ctx ? static_cast<RigProtocol*>(lws_context_user(ctx)) : nullptr;
+  if (!self || !self->core_) return lws_callback_http_dummy(wsi, reason, user, in, len);
+  return self->on_callback(wsi, reason, user, in, len);
+}
+
+int RigProtocol::on_callback(lws* wsi, lws_callback_reasons reason, void* user, void* in, std::size_t len) {
+  switch (reason) {
+    case LWS_CALLBACK_OPENSSL_PERFORM_CLIENT_CERT_VERIFICATION:
+      return verify_client_certificate(static_cast<X509_STORE_CTX*>(user), static_cast<int>(len));
+    case LWS_CALLBACK_OPENSSL_LOAD_EXTRA_SERVER_VERIFY_CERTS:
+      // user = the vhost's SSL_CTX: no session cache; tickets only with a key file (tls_tickets.hpp).
+      if (auto* ssl_ctx = static_cast<SSL_CTX*>(user)) {
+        if (auto r = configure_rig_ssl_ctx(ssl_ctx, tls_); !r) {
+          FL_ERROR("rig TLS setup: %s", r.error().detail.c_str());
+          return 1;
+        }
+      }
+      return 0;
+    case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+      return gate_->on_upgrade(wsi);
+    case LWS_CALLBACK_HTTP:
+      // Plain HTTP to the rig port: nothing here but the WebSocket endpoint.
+      lws_return_http_status(wsi, HTTP_STATUS_NOT_FOUND, "WebSocket endpoint /agent only");
+      return -1;
+    case LWS_CALLBACK_WSI_DESTROY:
+      gate_->handshake_finished(wsi);  // a handshake or upgrade that failed or was refused
+      break;
+    case LWS_CALLBACK_ESTABLISHED:
+      gate_->handshake_finished(wsi);
+      if (!user) return -1;
+      open_session(wsi, user);
+      return 0;
+    case LWS_CALLBACK_RECEIVE: {
+      RigSession* s = session_of(user);
+      if (!s) return -1;
+      core_->on_data(*s, {static_cast<const std::uint8_t*>(in), len}, lws_remaining_packet_payload(wsi),
+                     lws_is_final_fragment(wsi) != 0);
+      // A close asked for meanwhile goes the polite way (close_politely): returning
+      // -1 here would kill the socket at once, and a peer still sending would get
+      // a TCP reset instead of our close code.
+      return 0;
+    }
+    case LWS_CALLBACK_RECEIVE_PONG:
+      if (RigSession* s = session_of(user)) core_->on_pong(*s);
+      return 0;
+    case LWS_CALLBACK_SERVER_WRITEABLE: {
+      RigSession* s = session_of(user);
+      if (!s) return 0;
+      return write_next(*s) == WriteStatus::written ? 0 : -1;
+    }
+    case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE: {
+      RigSession* s = session_of(user);
+      if (s && in && len >= 2) {
+        auto* b = static_cast<const std::uint8_t*>(in);
+        const auto code = static_cast<std::uint16_t>((b[0] << 8) | b[1]);
+        core_->on_peer_close(*s, code);
+        FL_DEBUG("peer closed rig=%s code=%u reason=%.*s", s->rig_id.c_str(), code,
+                 static_cast<int>(std::min<std::size_t>(len - 2, 123)), reinterpret_cast<const char*>(b + 2));
+      }
+      return 0;
+    }
+    case LWS_CALLBACK_CLOSED: {
+      auto* slot = static_cast<RigSlot*>(user);
+      if (RigSession* s = session_of(user)) {
+        core_->on_closed(*s);
+        slot->magic = 0;
+        s->~RigSession();
+      }
+      return 0;
+    }
+    default:
+      break;
+  }
+  return lws_callback_http_dummy(wsi, reason, user, in, len);
+}
+
+void RigProtocol::open_session(lws* wsi, void* user) {
+  auto* slot = static_cast<RigSlot*>(user);
+  // Not lws_get_vhost(wsi) == the plain vhost: on the upgrade lws 4.1 re-binds the wsi to a
+  // vhost chosen by port (seen: the TLS one), so plain rigs failed 4401. The socket itself tells.
+  const bool tls = lws_is_ssl(wsi) != 0;
+  const Clock& clock = core_->clock();
+  auto* s = new (slot->storage) RigSession(wsi, tls, core_->settings().rig_burst, clock.mono_ms(), clock.wall_ms());
+  slot->magic = RigSlot::kMagic;
+  if (SSL* ssl = tls ? lws_get_ssl(wsi) : nullptr) {
+    // Whether session tickets work (--tls-ticket-key-file): after a restart nearly every rig should resume.
+    observer_.tls_established(SSL_session_reused(ssl) != 0);
+  }
+  FL_DEBUG("connection open peer=%s%s", peer_of(wsi).c_str(), tls ? "" : " (plain ws)");
+  core_->on_open(*s);
+}
+
+WriteStatus RigProtocol::write_next(RigSession& s) {
+  lws* wsi = wsi_of(s);
+  if (std::optional<Outgoing> out = core_->next_frame(s)) {
+    if (out->kind == OutboundKind::ping) {
+      // A non-empty payload on purpose: lws 4.1.6 drops zero-length PONGs before
+      // LWS_CALLBACK_RECEIVE_PONG, so an empty PING's answer would never be seen.
+      std::uint8_t stamp[sizeof out->ping_stamp];
+      std::memcpy(stamp, &out->ping_stamp, sizeof stamp);
+      if (s.authenticated) refresh_ticket_if_due(lws_get_ssl(wsi), tls_, std::time(nullptr));  // rides on this write
+      if (write_with_pre(wsi, std::span<const std::uint8_t>(stamp, sizeof stamp), LWS_WRITE_PING) !=
+          WriteStatus::written)
+        return WriteStatus::failed;
+    } else {
+      encode_to(out->message, tx_.start());
+      if (write_prepared(wsi, tx_, LWS_WRITE_BINARY) != WriteStatus::written) return WriteStatus::failed;
+    }
+    observer_.frame_written(s, out->kind);
+  }
+  if (core_->has_more_to_write(s)) lws_callback_on_writable(wsi);
+  return WriteStatus::written;
+}
+
+void RigProtocol::write_soon(RigSession& s) { lws_callback_on_writable(wsi_of(s)); }
+
+void RigProtocol::write_now(RigSession& s) {
+  // The writeable callback is the single writer; a frame that finds nothing lws
+  // still holds from a partial write is written at once instead: one send()
+  // where arming POLLOUT would cost two epoll_ctl() and a turn of the loop.
+  // write_next() takes the most urgent frame waiting, so the order on the wire
+  // is the same either way; whatever else waits, or whatever the socket does
+  // not take, goes out from the writeable callback as before.
+  lws* wsi = wsi_of(s);
+  if (s.phase != SessionPhase::live || lws_partial_buffered(wsi)) {
+    lws_callback_on_writable(wsi);
+    return;
+  }
+  observer_.written_directly();
+  if (write_next(s) != WriteStatus::written) {
+    // Not inside this connection's callback: it cannot return -1, so lws is
+    // asked to drop it (its commands become lost, as for any broken connection).
+    observer_.write_failed(s);
+    lws_set_timeout(wsi, PENDING_TIMEOUT_KILLED_BY_PARENT, LWS_TO_KILL_ASYNC);
+  }
+}
+
+void RigProtocol::close(RigSession& s, CloseCode code, std::string_view reason) {
+  close_politely(wsi_of(s), static_cast<std::uint16_t>(code), reason);
+}
+
+void RigProtocol::pause_reading(RigSession& s) {
+  lws_rx_flow_control(wsi_of(s), 0);
+  if (start_resume_timer_) start_resume_timer_();
+}
+
+void RigProtocol::resume_reading(RigSession& s) { lws_rx_flow_control(wsi_of(s), 1); }
+
+void RigProtocol::stop_accepting() {
+  if (gate_) gate_->close();
+}
+
+std::string RigProtocol::peer_address(const RigSession& s) const { return peer_of(wsi_of(s)); }
+
+std::optional<CertIdentity> RigProtocol::peer_identity(const RigSession& s) const {
+  return s.authenticated ? net::peer_identity(wsi_of(s)) : std::nullopt;
+}
+
+}  // namespace fleetlink::broker::net

@@ -1,0 +1,70 @@
+#pragma once
+// The rig endpoint's libwebsockets protocol: the callback only translates lws
+// reasons into calls on the fleet core (FleetCore) and writes what the core asks
+// for, and this class is the core's RigTransport. Each connection's RigSession
+// lives inside lws's per-connection allocation.
+#include <libwebsockets.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "fleet/fleet_core.hpp"
+#include "fleet/observer.hpp"
+#include "fleet/transport.hpp"
+#include "net/accept_gate.hpp"
+#include "net/lws_io.hpp"
+#include "net/tls_tickets.hpp"
+
+namespace fleetlink::broker::net {
+
+class RigProtocol final : public RigTransport {
+ public:
+  explicit RigProtocol(FleetObserver& observer) : observer_(observer) {}
+  RigProtocol(const RigProtocol&) = delete;
+  RigProtocol& operator=(const RigProtocol&) = delete;
+
+  // Before the rig vhosts are created: the SSL_CTX set-up and the ticket callback read them.
+  void set_tls(RigTlsSettings tls) { tls_ = std::move(tls); }
+  // Both must outlive every rig connection (the lws context).
+  void attach(FleetCore& core, AcceptGate& gate) {
+    core_ = &core;
+    gate_ = &gate;
+  }
+  // Runs when a session's reading is paused: the application starts the timer
+  // that calls FleetCore::resume_paused.
+  void on_paused(std::function<void()> start_resume_timer) { start_resume_timer_ = std::move(start_resume_timer); }
+
+  // The protocol list for the rig vhosts (one entry and the terminator). The
+  // receive buffer is the most lws reads from a rig per wakeup, and stays
+  // allocated per connection; frames larger than it are reassembled by the core.
+  lws_protocols* protocols(std::size_t max_frame_bytes, std::size_t rx_buffer_bytes);
+  // The context's user pointer must be this object (lws_context_creation_info::user).
+  static int callback(lws* wsi, lws_callback_reasons reason, void* user, void* in, std::size_t len);
+
+  // RigTransport
+  void write_soon(RigSession& s) override;
+  void write_now(RigSession& s) override;
+  void close(RigSession& s, CloseCode code, std::string_view reason) override;
+  void pause_reading(RigSession& s) override;
+  void resume_reading(RigSession& s) override;
+  void stop_accepting() override;
+  std::string peer_address(const RigSession& s) const override;
+  std::optional<CertIdentity> peer_identity(const RigSession& s) const override;
+
+ private:
+  int on_callback(lws* wsi, lws_callback_reasons reason, void* user, void* in, std::size_t len);
+  void open_session(lws* wsi, void* user);
+  // Writes the most urgent frame the core has for s (the single writer).
+  WriteStatus write_next(RigSession& s);
+
+  FleetObserver& observer_;
+  RigTlsSettings tls_;  // read by the rig SSL_CTX's ticket callback: lives as long as the context
+  FleetCore* core_ = nullptr;
+  AcceptGate* gate_ = nullptr;
+  std::function<void()> start_resume_timer_;
+  TxBuffer tx_;  // every frame is encoded behind lws's headroom in this one buffer
+  lws_protocols protocols_[2] = {};
+};
+
+}  // namespace fleetlink::broker::net
