@@ -32,7 +32,9 @@ std::string describe(const Error& e) { return std::string(to_string(e.code)) + "
 
 }  // namespace
 
-struct ClientSession::Impl {
+// Hidden explicitly: a nested class takes the visibility of ClientSession
+// (FLEETLINK_API), and none of this is part of the library's ABI.
+struct __attribute__((visibility("hidden"))) ClientSession::Impl {
   // A timer on the lws scheduler; sul must stay the first member (see timer_owner).
   struct Timer {
     lws_sorted_usec_list_t sul{};

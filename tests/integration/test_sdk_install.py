@@ -71,7 +71,7 @@ class SdkInstall(unittest.TestCase):
     def test_layout_and_soname(self):
         inc = os.path.join(self.prefix, "include", "fleetlink")
         for h in ("codec.hpp", "messages.hpp", "executor.hpp", "expected.hpp", "version.hpp",
-                  "uuid.hpp", "backoff.hpp", "close_codes.hpp"):
+                  "uuid.hpp", "backoff.hpp", "close_codes.hpp", "export.hpp"):
             self.assertTrue(os.path.isfile(os.path.join(inc, h)), h)
         self.assertFalse(os.path.exists(os.path.join(inc, "version.hpp.in")))
         self.assertTrue(os.path.islink(os.path.join(self.libdir, "libfleetlink.so")))
@@ -95,6 +95,17 @@ class SdkInstall(unittest.TestCase):
         symbols = run(["nm", "-D", "--defined-only", "-C",
                        os.path.join(self.libdir, "libfleetlink.so.0")]).stdout
         self.assertNotIn("msgpack::", symbols)
+
+    def test_only_the_api_is_exported(self):
+        # Hidden visibility: the session's internals and the TLS session store are
+        # not in the dynamic symbol table, the FLEETLINK_API functions are.
+        symbols = run(["nm", "-D", "--defined-only", "-C",
+                       os.path.join(self.libdir, "libfleetlink.so.0")]).stdout
+        for internal in ("fleetlink::detail::", "ClientSession::Impl", "lws_", "TlsSessionStore"):
+            self.assertNotIn(internal, symbols)
+        for api in ("fleetlink::decode(", "fleetlink::encode(", "fleetlink::uuid_v7()",
+                    "fleetlink::ClientSession::run()", "fleetlink::DedupWindow::save("):
+            self.assertIn(api, symbols)
 
     def test_find_package_consumer(self):
         build = os.path.join(self.tmp, "build-cmake")

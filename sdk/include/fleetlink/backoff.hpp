@@ -7,6 +7,8 @@
 #include <optional>
 #include <random>
 
+#include "fleetlink/export.hpp"
+
 namespace fleetlink {
 
 enum class Jitter : std::uint8_t { proportional, full, none };
@@ -17,7 +19,7 @@ struct BackoffPolicy {
   Jitter jitter = Jitter::proportional;
 };
 
-class Backoff {
+class FLEETLINK_API Backoff {
  public:
   explicit Backoff(BackoffPolicy policy = {}, std::uint64_t seed = std::random_device{}());
 
@@ -41,6 +43,6 @@ class Backoff {
 };
 
 // Parse an HTTP Retry-After value in delay-seconds form ("7"); nullopt otherwise.
-std::optional<std::chrono::milliseconds> parse_retry_after(const char* value) noexcept;
+FLEETLINK_API std::optional<std::chrono::milliseconds> parse_retry_after(const char* value) noexcept;
 
 }  // namespace fleetlink

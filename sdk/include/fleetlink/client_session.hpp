@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fleetlink/export.hpp"
 #include "fleetlink/backoff.hpp"
 #include "fleetlink/close_codes.hpp"
 #include "fleetlink/codec.hpp"
@@ -37,9 +38,9 @@ struct BrokerUrl {
 };
 
 // Parses ws:// and wss:// URLs; the port defaults to 80/443 and the path to "/".
-Expected<BrokerUrl> parse_broker_url(std::string_view url);
+FLEETLINK_API Expected<BrokerUrl> parse_broker_url(std::string_view url);
 // "localhost", 127.0.0.0/8 and ::1.
-bool is_loopback_host(std::string_view host) noexcept;
+FLEETLINK_API bool is_loopback_host(std::string_view host) noexcept;
 
 enum class SessionState : std::uint8_t {
   idle,        // run() not called yet
@@ -49,7 +50,7 @@ enum class SessionState : std::uint8_t {
   backoff,     // waiting before the next attempt
   stopped,     // run() returned or is returning
 };
-const char* to_string(SessionState s) noexcept;
+FLEETLINK_API const char* to_string(SessionState s) noexcept;
 
 struct ClientSessionConfig {
   std::vector<std::string> broker_urls;   // tried in turn; the next one after a failure
@@ -99,7 +100,7 @@ struct ClientSessionHandlers {
   std::function<void(int level, std::string_view line)> on_log;
 };
 
-class ClientSession {
+class FLEETLINK_API ClientSession {
  public:
   ClientSession(ClientSessionConfig config, ClientSessionHandlers handlers);
   ~ClientSession();

@@ -5,6 +5,8 @@
 #include <span>
 #include <string_view>
 
+#include "fleetlink/export.hpp"
+
 namespace fleetlink {
 
 enum class CloseCode : std::uint16_t {
@@ -34,8 +36,8 @@ struct CloseCodeInfo {
 };
 
 // The table of every code above, in ascending order.
-std::span<const CloseCodeInfo> close_code_table() noexcept;
+FLEETLINK_API std::span<const CloseCodeInfo> close_code_table() noexcept;
 // Name for a numeric code ("superseded"), or "unknown".
-std::string_view close_code_name(std::uint16_t code) noexcept;
+FLEETLINK_API std::string_view close_code_name(std::uint16_t code) noexcept;
 
 }  // namespace fleetlink

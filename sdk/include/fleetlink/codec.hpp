@@ -7,6 +7,7 @@
 #include <string>
 #include <span>
 
+#include "fleetlink/export.hpp"
 #include "fleetlink/expected.hpp"
 #include "fleetlink/messages.hpp"
 
@@ -27,11 +28,11 @@ inline constexpr std::size_t kMaxMapValueBytes = 4096;  // map values
 inline constexpr std::size_t kMaxDetailBytes = 4096;    // nack/result detail
 inline constexpr std::size_t kMaxReasonBytes = 256;     // goaway reason
 
-Bytes encode(const Message& m);
+FLEETLINK_API Bytes encode(const Message& m);
 // Appends the encoded frame to `out` (a sender that keeps room in front of its
 // frames, or reuses one buffer for every frame, avoids a copy and an allocation).
-void encode_to(const Message& m, Bytes& out);
-Expected<Message> decode(std::span<const std::uint8_t> frame, const DecodeOptions& opts = {});
+FLEETLINK_API void encode_to(const Message& m, Bytes& out);
+FLEETLINK_API Expected<Message> decode(std::span<const std::uint8_t> frame, const DecodeOptions& opts = {});
 // What a COMMAND frame that decode() refused still says, so that the agent can
 // answer it with a NACK `malformed` instead of dropping the connection: nullopt
 // unless the frame is a msgpack map whose "t" is "command". seq is nullopt when
@@ -41,10 +42,10 @@ struct CommandPeek {
   std::optional<std::uint64_t> seq;
   std::string cmd_id;
 };
-std::optional<CommandPeek> peek_command(std::span<const std::uint8_t> frame, std::size_t max_frame_bytes);
+FLEETLINK_API std::optional<CommandPeek> peek_command(std::span<const std::uint8_t> frame, std::size_t max_frame_bytes);
 
 // The field rules decode() applies, for a message built in memory (e.g. before sending).
-Expected<void> validate(const Message& m);
+FLEETLINK_API Expected<void> validate(const Message& m);
 
 // Whether an unknown message type ends the connection: strict mode (tests,
 // development) closes with CloseCode::unknown_type, lenient mode counts and ignores.

@@ -9,11 +9,12 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "fleetlink/export.hpp"
 #include "fleetlink/expected.hpp"
 
 namespace fleetlink {
 
-class DedupWindow {
+class FLEETLINK_API DedupWindow {
  public:
   DedupWindow(std::size_t max_entries, std::chrono::milliseconds max_age);
 

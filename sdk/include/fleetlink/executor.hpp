@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "fleetlink/export.hpp"
 #include "fleetlink/messages.hpp"
 
 namespace fleetlink {
@@ -30,7 +31,7 @@ struct Outcome {
   std::string detail;
 };
 
-class Reporter {
+class FLEETLINK_API Reporter {
  public:
   virtual ~Reporter() = default;
   // A piece of streamed output. Returns false when the stream is over its bound and
@@ -39,7 +40,7 @@ class Reporter {
   virtual void finish(Outcome outcome) = 0;
 };
 
-class Executor {
+class FLEETLINK_API Executor {
  public:
   virtual ~Executor() = default;
   virtual std::string_view kind() const = 0;
@@ -69,20 +70,21 @@ using fleetlink_plugin_destroy_fn = void (*)(fleetlink::Executor*);
 }
 
 // Put this once in a plugin's source: FLEETLINK_PLUGIN(MyExecutor)
-// MyExecutor must be constructible from `const fleetlink::PluginHost&`.
-#define FLEETLINK_PLUGIN(ExecutorType)                                                     \
-  extern "C" __attribute__((visibility("default"))) std::uint32_t fleetlink_plugin_abi() { \
-    return ::fleetlink::kPluginAbiVersion;                                                 \
-  }                                                                                        \
-  extern "C" __attribute__((visibility("default"))) ::fleetlink::Executor*                 \
-  fleetlink_plugin_create(const ::fleetlink::PluginHost* host) {                           \
-    try {                                                                                  \
-      return new ExecutorType(*host);                                                      \
-    } catch (...) {                                                                        \
-      return nullptr;                                                                      \
-    }                                                                                      \
-  }                                                                                        \
-  extern "C" __attribute__((visibility("default"))) void fleetlink_plugin_destroy(         \
-      ::fleetlink::Executor* e) {                                                          \
-    delete e;                                                                              \
+// MyExecutor must be constructible from `const fleetlink::PluginHost&`. The entry
+// points are exported even when the plugin is built with -fvisibility=hidden.
+#define FLEETLINK_PLUGIN(ExecutorType)                                      \
+  extern "C" FLEETLINK_EXPORT_SYMBOL std::uint32_t fleetlink_plugin_abi() { \
+    return ::fleetlink::kPluginAbiVersion;                                  \
+  }                                                                         \
+  extern "C" FLEETLINK_EXPORT_SYMBOL ::fleetlink::Executor*                 \
+  fleetlink_plugin_create(const ::fleetlink::PluginHost* host) {            \
+    try {                                                                   \
+      return new ExecutorType(*host);                                       \
+    } catch (...) {                                                         \
+      return nullptr;                                                       \
+    }                                                                       \
+  }                                                                         \
+  extern "C" FLEETLINK_EXPORT_SYMBOL void fleetlink_plugin_destroy(         \
+      ::fleetlink::Executor* e) {                                           \
+    delete e;                                                               \
   }

@@ -5,6 +5,8 @@
 #include <utility>
 #include <variant>
 
+#include "fleetlink/export.hpp"
+
 namespace fleetlink {
 
 enum class Errc {
@@ -20,7 +22,7 @@ enum class Errc {
   invalid_argument,
 };
 
-const char* to_string(Errc e) noexcept;
+FLEETLINK_API const char* to_string(Errc e) noexcept;
 
 struct Error {
   Errc code = Errc::malformed;

@@ -8,6 +8,8 @@
 #include <variant>
 #include <vector>
 
+#include "fleetlink/export.hpp"
+
 namespace fleetlink {
 
 inline constexpr std::uint32_t kProtocolVersion = 1;
@@ -122,10 +124,10 @@ inline constexpr std::size_t kMaxChunkBytes = 16 * 1024;
 inline constexpr std::size_t kDefaultMaxFrameBytes = 128 * 1024;
 
 // Wire names: "hello", "welcome", ..., and back.
-const char* type_name(const Message& m) noexcept;
-const char* to_string(msg::NackReason r) noexcept;
-const char* to_string(msg::Status s) noexcept;
-std::optional<msg::NackReason> nack_reason_from_string(std::string_view s) noexcept;
-std::optional<msg::Status> status_from_string(std::string_view s) noexcept;
+FLEETLINK_API const char* type_name(const Message& m) noexcept;
+FLEETLINK_API const char* to_string(msg::NackReason r) noexcept;
+FLEETLINK_API const char* to_string(msg::Status s) noexcept;
+FLEETLINK_API std::optional<msg::NackReason> nack_reason_from_string(std::string_view s) noexcept;
+FLEETLINK_API std::optional<msg::Status> status_from_string(std::string_view s) noexcept;
 
 }  // namespace fleetlink

@@ -2,9 +2,11 @@
 // Receiver-side sequence check for one connection: seq starts at 1 and rises by one.
 #include <cstdint>
 
+#include "fleetlink/export.hpp"
+
 namespace fleetlink {
 
-class SeqTracker {
+class FLEETLINK_API SeqTracker {
  public:
   enum class Verdict : std::uint8_t {
     in_order,   // exactly the next seq: accept

@@ -3,9 +3,11 @@
 // Time is passed in so it is testable without sleeping.
 #include <cstdint>
 
+#include "fleetlink/export.hpp"
+
 namespace fleetlink {
 
-class TokenBucket {
+class FLEETLINK_API TokenBucket {
  public:
   TokenBucket(double rate_per_sec, double burst, std::uint64_t now_us = 0) noexcept;
   // Take one token if available.

@@ -7,9 +7,11 @@
 #include <string>
 #include <string_view>
 
+#include "fleetlink/export.hpp"
+
 namespace fleetlink {
 
-struct Uuid {
+struct FLEETLINK_API Uuid {
   std::array<std::uint8_t, 16> bytes{};
   std::string to_string() const;               // canonical 36-char lowercase
   std::uint64_t unix_ms() const noexcept;      // the embedded timestamp
@@ -18,10 +20,10 @@ struct Uuid {
 };
 
 // Monotonic inside this process (thread-safe).
-Uuid uuid_v7();
+FLEETLINK_API Uuid uuid_v7();
 // Same, with an explicit clock reading: for tests.
-Uuid uuid_v7_at(std::uint64_t unix_ms);
-std::optional<Uuid> parse_uuid(std::string_view text) noexcept;
-bool is_uuid_v7(std::string_view text) noexcept;
+FLEETLINK_API Uuid uuid_v7_at(std::uint64_t unix_ms);
+FLEETLINK_API std::optional<Uuid> parse_uuid(std::string_view text) noexcept;
+FLEETLINK_API bool is_uuid_v7(std::string_view text) noexcept;
 
 }  // namespace fleetlink
