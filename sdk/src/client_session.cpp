@@ -26,7 +26,6 @@ namespace fleetlink {
 namespace {
 
 constexpr std::uint16_t kAbnormalClose = 1006;
-constexpr const char* kProtocolName = "fleetlink";
 
 std::string describe(const Error& e) { return std::string(to_string(e.code)) + ": " + e.detail; }
 
@@ -146,8 +145,10 @@ struct __attribute__((visibility("hidden"))) ClientSession::Impl {
     ci.host = u.host.c_str();
     ci.origin = u.host.c_str();
     ci.ssl_connection = u.tls ? LCCSCF_USE_SSL : 0;
-    ci.protocol = nullptr;  // no subprotocol: the broker binds its default protocol
-    ci.local_protocol_name = kProtocolName;
+    // Requested in Sec-WebSocket-Protocol; the broker answers with it. lws binds the
+    // answer to the local protocol of that name, so the table below uses it too.
+    ci.protocol = kSubprotocol;
+    ci.local_protocol_name = kSubprotocol;
     ci.ietf_version_or_minus_one = -1;
     if (cfg.keepalive_idle.count() > 0 && cfg.keepalive_timeout > cfg.keepalive_idle) {
       keepalive.secs_since_valid_ping = static_cast<std::uint16_t>(std::min<long long>(cfg.keepalive_idle.count(), 65535));
@@ -501,7 +502,7 @@ struct __attribute__((visibility("hidden"))) ClientSession::Impl {
 };
 
 lws_protocols ClientSession::Impl::protocols[2] = {
-    {kProtocolName, &ClientSession::Impl::lws_cb, 0, 0, 0, nullptr, 0},
+    {kSubprotocol, &ClientSession::Impl::lws_cb, 0, 0, 0, nullptr, 0},
     {nullptr, nullptr, 0, 0, 0, nullptr, 0},
 };
 

@@ -10,6 +10,11 @@ import time
 import msgpack
 import websockets
 
+# The WebSocket subprotocol of the rig protocol: fleetlink::kSubprotocol
+# (sdk/include/fleetlink/messages.hpp; test_vectors_python checks they agree). Every
+# test that dials a broker or plays one takes it from here.
+SUBPROTOCOL = "fleetlink.v1"
+
 ORDER = {
     "hello": ["rig_id", "agent_version", "boot_id", "labels", "kinds"],
     "ack": ["seq", "cmd_id", "duplicate"],
@@ -61,7 +66,7 @@ async def connect(url, ctx=None, **kw):
     kw.setdefault("max_size", 4 << 20)
     kw.setdefault("open_timeout", 10)
     kw.setdefault("ping_interval", None)
-    return await websockets.connect(url, ssl=ctx, subprotocols=["fleetlink.v1"], **kw)
+    return await websockets.connect(url, ssl=ctx, subprotocols=[SUBPROTOCOL], **kw)
 
 
 def close_code(ws):

@@ -21,6 +21,8 @@ import time
 import msgpack
 import websockets
 
+from broker_rawclient import SUBPROTOCOL
+
 
 def uuid7():
     """A UUIDv7 string (RFC 9562): 48-bit ms timestamp, version 7, variant 10."""
@@ -48,6 +50,7 @@ class Conn:
         self.ws = ws
         self.index = index              # 1-based, in order of HELLO
         self.hello = None
+        self.subprotocol = ws.subprotocol  # what the handshake agreed on (None: nothing)
         self.frames = []                # decoded frames after HELLO, in order
         self.next_seq = 1
         self.close_code = None
@@ -155,7 +158,7 @@ class FakeBroker:
             self._server = await websockets.serve(
                 self._handler, "127.0.0.1", 0, ssl=self._ssl,
                 process_request=self._process_request, max_size=1 << 20,
-                ping_interval=None)
+                subprotocols=[SUBPROTOCOL], ping_interval=None)
             self.port = self._server.sockets[0].getsockname()[1]
             self._ready.set()
 

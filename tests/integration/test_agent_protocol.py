@@ -6,6 +6,7 @@ import re
 import time
 import unittest
 
+from broker_rawclient import SUBPROTOCOL
 from fake_broker import FakeBroker, uuid7, write_recorder
 from harness import LabTestCase
 
@@ -38,6 +39,7 @@ class AgentProtocolTest(LabTestCase):
     def test_hello_ack_and_dmesg_result(self):
         a = self.agent(label=["site=lab1"])
         c = self.fb.wait_conn(1)
+        self.assertEqual(c.subprotocol, SUBPROTOCOL)  # requested, and bound to the answer
         h = c.hello
         self.assertEqual(h["v"], 1)
         self.assertEqual(h["rig_id"], "rig-a")

@@ -41,7 +41,7 @@ class BrokerAdmissionTest(LabTestCase):
             while True:
                 attempts += 1
                 try:
-                    ws = await websockets.connect(url, subprotocols=["fleetlink.v1"], open_timeout=30,
+                    ws = await websockets.connect(url, subprotocols=[rc.SUBPROTOCOL], open_timeout=30,
                                                   ping_interval=None, close_timeout=1)
                 except websockets.InvalidStatusCode as e:
                     if e.status_code != 503:

@@ -38,7 +38,7 @@ class BrokerDrainTest(LabTestCase):
 
         async def rig(i, ready):
             rig_id = f"rig-{i:03d}"
-            ws = await websockets.connect(old_url, subprotocols=["fleetlink.v1"], ping_interval=None)
+            ws = await websockets.connect(old_url, subprotocols=[rc.SUBPROTOCOL], ping_interval=None)
             await ws.send(rc.hello(rig_id))
             assert (await rc.recv_msg(ws))["t"] == "welcome"
             ready.release()
@@ -59,7 +59,7 @@ class BrokerDrainTest(LabTestCase):
                     await ws.close(1001)
                     break
             await asyncio.sleep(delays[rig_id] / 1000.0)
-            ws2 = await websockets.connect(new_url, subprotocols=["fleetlink.v1"], ping_interval=None)
+            ws2 = await websockets.connect(new_url, subprotocols=[rc.SUBPROTOCOL], ping_interval=None)
             await ws2.send(rc.hello(rig_id))
             assert (await rc.recv_msg(ws2))["t"] == "welcome"
             reconnect_at[rig_id] = time.monotonic() - drain_t0[0]
@@ -120,7 +120,7 @@ class BrokerDrainTest(LabTestCase):
         async def go():
             socks = []
             for i in range(5):
-                ws = await websockets.connect(url, subprotocols=["fleetlink.v1"], ping_interval=None)
+                ws = await websockets.connect(url, subprotocols=[rc.SUBPROTOCOL], ping_interval=None)
                 await ws.send(rc.hello(f"rig-{i}"))
                 await rc.recv_msg(ws)
                 socks.append(ws)
@@ -133,7 +133,7 @@ class BrokerDrainTest(LabTestCase):
                 got.append(m)
             # New connections are not accepted any more.
             with self.assertRaises(Exception):
-                await websockets.connect(url, subprotocols=["fleetlink.v1"], open_timeout=2)
+                await websockets.connect(url, subprotocols=[rc.SUBPROTOCOL], open_timeout=2)
             for ws in socks:
                 await ws.close(1001)
             code = await asyncio.to_thread(broker.proc.wait, 10)
@@ -145,7 +145,7 @@ class BrokerDrainTest(LabTestCase):
         url = plain_url(broker)
 
         async def go():
-            ws = await websockets.connect(url, subprotocols=["fleetlink.v1"], ping_interval=None)
+            ws = await websockets.connect(url, subprotocols=[rc.SUBPROTOCOL], ping_interval=None)
             await ws.send(rc.hello("rig-stubborn"))
             await rc.recv_msg(ws)
             t0 = time.monotonic()

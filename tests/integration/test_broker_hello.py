@@ -19,6 +19,7 @@ class BrokerHelloTest(LabTestCase):
     def test_accept_then_welcome_and_registered(self):
         async def go():
             ws, welcome = await rc.rig_session(self.broker.url, self.ctx("rig-a"), "rig-a")
+            self.assertEqual(ws.subprotocol, rc.SUBPROTOCOL)  # the broker answers with it
             self.assertEqual(welcome["broker_id"], "broker")
             self.assertTrue(welcome["session_id"])
             rigs = self.broker.rigs()
@@ -31,6 +32,7 @@ class BrokerHelloTest(LabTestCase):
     def test_no_subprotocol_is_accepted(self):
         async def go():
             ws = await websockets.connect(self.broker.url, ssl=self.ctx("rig-a"), open_timeout=10)
+            self.assertIsNone(ws.subprotocol)
             await ws.send(rc.hello("rig-a"))
             self.assertEqual((await rc.recv_msg(ws))["t"], "welcome")
             await ws.close()

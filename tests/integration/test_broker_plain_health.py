@@ -28,7 +28,7 @@ class BrokerPlainHealthTest(LabTestCase):
         url = f"ws://127.0.0.1:{int(m.group(1))}/agent"
 
         async def go():
-            ws = await websockets.connect(url, subprotocols=["fleetlink.v1"])
+            ws = await websockets.connect(url, subprotocols=[rc.SUBPROTOCOL])
             await ws.send(rc.hello("bench-rig-1"))
             self.assertEqual((await rc.recv_msg(ws))["t"], "welcome")
             self.assertIn("bench-rig-1", broker.rigs())

@@ -16,7 +16,7 @@ import msgpack
 import websockets
 
 import harness
-from broker_rawclient import uuid7
+from broker_rawclient import SUBPROTOCOL, uuid7
 
 BIG_BYTES = 100 * 1024 * 1024
 
@@ -184,7 +184,7 @@ class FakeBroker:
 
     async def start(self):
         self.server = await websockets.serve(self._handler, "127.0.0.1", 0,
-                                             subprotocols=["fleetlink.v1"], max_size=4 << 20,
+                                             subprotocols=[SUBPROTOCOL], max_size=4 << 20,
                                              ping_interval=None)
         self.port = self.server.sockets[0].getsockname()[1]
 

@@ -6,15 +6,19 @@ map whose first keys are v and t and whose fields are exactly those docs/PROTOCO
 lists for the type, in that order. Invalid frames must not all be readable as such.
 """
 import os
+import re
 import unittest
 
 import msgpack
+
+import broker_rawclient
 
 SOURCE_DIR = os.environ.get(
     "FLEETLINK_SOURCE_DIR",
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 VECTORS = os.path.join(SOURCE_DIR, "tests", "vectors", "frames.txt")
 PROTOCOL = os.path.join(SOURCE_DIR, "docs", "PROTOCOL.md")
+MESSAGES_HPP = os.path.join(SOURCE_DIR, "sdk", "include", "fleetlink", "messages.hpp")
 
 # (field, python type) in wire order, as in docs/PROTOCOL.md section 3.
 FIELDS = {
@@ -112,6 +116,14 @@ class VectorsWithPythonMsgpack(unittest.TestCase):
             self.assertIn("`%s`" % t, doc)
             for field, _ in fields:
                 self.assertIn("| `%s` |" % field, doc, "%s.%s" % (t, field))
+
+    def test_the_tests_subprotocol_is_the_sdks_and_the_docs(self):
+        with open(MESSAGES_HPP, encoding="utf-8") as f:
+            m = re.search(r'kSubprotocol = "([^"]+)"', f.read())
+        self.assertIsNotNone(m, "kSubprotocol not found in messages.hpp")
+        self.assertEqual(broker_rawclient.SUBPROTOCOL, m.group(1))
+        with open(PROTOCOL, encoding="utf-8") as f:
+            self.assertIn("`%s`" % m.group(1), f.read())
 
 
 if __name__ == "__main__":

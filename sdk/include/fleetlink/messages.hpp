@@ -13,6 +13,11 @@
 namespace fleetlink {
 
 inline constexpr std::uint32_t kProtocolVersion = 1;
+// The WebSocket subprotocol (Sec-WebSocket-Protocol) of protocol version 1: the
+// client session requests it and the broker answers with it (docs/PROTOCOL.md §1).
+// A later version that is not wire-compatible gets a new name, so both sides can
+// tell at the handshake, before any frame, which one they speak.
+inline constexpr const char* kSubprotocol = "fleetlink.v1";
 using Bytes = std::vector<std::uint8_t>;
 using StringMap = std::map<std::string, std::string>;
 
