@@ -105,10 +105,25 @@ void writef(Level level, const char* fmt, ...) {
   char msg[1024];
   va_list ap;
   va_start(ap, fmt);
+  va_list again;
+  va_copy(again, ap);
   const int n = std::vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  if (n < 0) return;
-  write(level, std::string_view(msg, std::min<std::size_t>(static_cast<std::size_t>(n), sizeof msg - 1)));
+  if (n >= 0 && static_cast<std::size_t>(n) < sizeof msg) {
+    va_end(again);
+    write(level, std::string_view(msg, static_cast<std::size_t>(n)));
+    return;
+  }
+  // Rare (an error detail of several KB): formatted again into a buffer that fits,
+  // so a long line is never cut.
+  std::string big;
+  if (n > 0) {
+    big.resize(static_cast<std::size_t>(n) + 1);
+    const int m = std::vsnprintf(big.data(), big.size(), fmt, again);
+    big.resize(m < 0 ? 0 : std::min(big.size() - 1, static_cast<std::size_t>(m)));
+  }
+  va_end(again);
+  if (!big.empty()) write(level, big);
 }
 
 }  // namespace fleetlink::log

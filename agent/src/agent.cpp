@@ -1,23 +1,17 @@
 #include "agent.hpp"
 
 #include <algorithm>
+#include <cinttypes>
 #include <mutex>
 
+#include "common/log.hpp"
 #include "dmesg_executor.hpp"
 #include "fleetlink/uuid.hpp"
 #include "fleetlink/version.hpp"
-#include "log.hpp"
+#include "plugin_loader.hpp"
 #include "reboot_executor.hpp"
-
-#if __has_include("suite_executor.hpp") && __has_include("suite_config.hpp")
 #include "suite_config.hpp"
 #include "suite_executor.hpp"
-#define FLEETLINK_AGENT_HAVE_SUITES 1
-#endif
-#if __has_include("plugin_loader.hpp")
-#include "plugin_loader.hpp"
-#define FLEETLINK_AGENT_HAVE_PLUGINS 1
-#endif
 
 namespace fleetlink::agent {
 
@@ -105,11 +99,12 @@ class CommandReporter final : public Reporter {
   bool finished_ = false;
 };
 
-LogLevel from_syslog(int level) {
-  if (level <= 3) return LogLevel::error;
-  if (level == 4) return LogLevel::warn;
-  if (level <= 6) return LogLevel::info;
-  return LogLevel::debug;
+// The session reports syslog numbers; notice (5) is logged as info.
+log::Level from_syslog(int level) {
+  if (level <= 3) return log::Level::error;
+  if (level == 4) return log::Level::warn;
+  if (level <= 6) return log::Level::info;
+  return log::Level::debug;
 }
 
 StringMap parse_labels(const std::vector<std::string>& labels) {
@@ -137,7 +132,6 @@ Expected<std::shared_ptr<ExecutorRegistry>> build_registry(const AgentConfig& cf
   ropts.command = cfg.reboot_command;
   ropts.delay = std::chrono::milliseconds(cfg.reboot_delay_ms);
   reg->add(std::make_shared<RebootExecutor>(ropts));
-#ifdef FLEETLINK_AGENT_HAVE_SUITES
   SuiteTable suites;
   if (!cfg.suites.empty()) {
     auto t = load_suites_file(cfg.suites);
@@ -145,8 +139,6 @@ Expected<std::shared_ptr<ExecutorRegistry>> build_registry(const AgentConfig& cf
     suites = std::move(*t);
   }
   reg->add(std::make_shared<SuiteExecutor>(std::move(suites)));
-#endif
-#ifdef FLEETLINK_AGENT_HAVE_PLUGINS
   if (!cfg.plugin_dir.empty()) {
     PluginHostInfo host;
     host.agent_version = kVersion;
@@ -156,15 +148,7 @@ Expected<std::shared_ptr<ExecutorRegistry>> build_registry(const AgentConfig& cf
     exec.timeout = std::chrono::seconds(cfg.plugin_timeout_s);
     exec.kill_grace = std::chrono::seconds(cfg.plugin_kill_grace_s);
     exec.max_running = cfg.plugin_max_running;
-    PluginLoader loader(
-        host,
-        [](PluginLogLevel lv, const std::string& line) {
-          if (lv == PluginLogLevel::warn)
-            FL_LOG(warn, line);
-          else
-            FL_LOG(info, line);
-        },
-        exec);
+    PluginLoader loader(host, {}, exec);
     auto report = loader.load_dir(cfg.plugin_dir, reg->kinds());
     for (auto& p : report.loaded) {
       if (!reg->add(p.executor) && warnings)
@@ -174,7 +158,6 @@ Expected<std::shared_ptr<ExecutorRegistry>> build_registry(const AgentConfig& cf
     if (warnings)
       for (auto& line : report.refused) warnings->push_back(config_origin(cfg, "plugin-dir") + ": " + line);
   }
-#endif
   return reg;
 }
 
@@ -254,9 +237,8 @@ Expected<void> Agent::init() {
     // reboot that already ran is still known.
     const fs::path aside = dedup_path_.string() + ".corrupt-" + std::to_string(now_unix_ms());
     fs::rename(dedup_path_, aside, ec);
-    FL_LOG(error, "dedup window " << dedup_path_.string() << " unreadable ("
-                                  << loaded.error().detail << "); moved to " << aside.string()
-                                  << ", rebuilt from stored results");
+    FL_ERROR("dedup window %s unreadable (%s); moved to %s, rebuilt from stored results",
+             dedup_path_.c_str(), loaded.error().detail.c_str(), aside.c_str());
     dedup_.emplace(cfg_.dedup_max, max_age);
     const std::uint64_t now = now_unix_ms();
     for (const auto& id : results_->ids()) dedup_->insert(id, now);
@@ -268,7 +250,7 @@ Expected<void> Agent::init() {
   auto reg = build_registry(cfg_, &warnings);
   if (!reg) return reg.error();
   registry_ = std::move(*reg);
-  for (const auto& w : warnings) FL_LOG(warn, w);
+  for (const auto& w : warnings) FL_WARN("%s", w.c_str());
   auto allowed = allowed_kinds(cfg_, *registry_);
   if (!allowed) return allowed.error();
   admission_ = std::make_unique<CommandAdmission>(registry_->kinds(), *allowed);
@@ -300,7 +282,7 @@ Expected<void> Agent::init() {
   h.on_malformed_command = [this](const CommandPeek& p, std::string_view why) { on_malformed_command(p, why); };
   h.on_cancel = [this](const msg::Cancel& c) { on_cancel(c); };
   h.on_goaway = [](const msg::Goaway& g) {
-    FL_LOG(info, "goaway reason=" << g.reason << " reconnect_after_ms=" << g.reconnect_after_ms);
+    FL_INFO("goaway reason=%s reconnect_after_ms=%" PRIu32, g.reason.c_str(), g.reconnect_after_ms);
   };
   h.on_disconnected = [this](std::uint16_t code, std::string_view reason) {
     on_disconnected(code, reason);
@@ -310,10 +292,10 @@ Expected<void> Agent::init() {
   h.on_queue_empty = [this] {
     if (welcomed_ && spool_->size() > 0) flush_spool();
   };
-  h.on_message = [](const Message& m) { FL_LOG(debug, "ignoring " << type_name(m) << " from broker"); };
+  h.on_message = [](const Message& m) { FL_DEBUG("ignoring %s from broker", type_name(m)); };
   h.on_log = [](int level, std::string_view line) {
-    const LogLevel lv = from_syslog(level);
-    if (log_enabled(lv)) log_line(lv, line);
+    const log::Level lv = from_syslog(level);
+    if (log::enabled(lv)) log::write(lv, line);
   };
   session_ = std::make_unique<ClientSession>(std::move(sc), std::move(h));
   if (auto ok = session_->validate(); !ok) return ok.error();
@@ -324,9 +306,9 @@ Expected<void> Agent::init() {
   }
   std::string kinds;
   for (const auto& k : *allowed) kinds += (kinds.empty() ? "" : ",") + k;
-  FL_LOG(info, "fleetlink-agent " << kVersion << " rig=" << cfg_.rig_id << " boot_id=" << boot_id_
-                                  << " kinds=" << kinds << " state_dir=" << state_dir_.string()
-                                  << " dedup=" << dedup_->size() << " spooled=" << spool_->size());
+  FL_INFO("fleetlink-agent %s rig=%s boot_id=%s kinds=%s state_dir=%s dedup=%zu spooled=%zu", kVersion,
+          cfg_.rig_id.c_str(), boot_id_.c_str(), kinds.c_str(), state_dir_.c_str(), dedup_->size(),
+          spool_->size());
   return {};
 }
 
@@ -342,7 +324,7 @@ int Agent::run() {
     o.detail = "the agent stopped before the command finished";
     msg::Result r = make_result(cmd_id, std::move(o), run.started_ms, now_unix_ms(), 0);
     if (auto ok = results_->put(r); !ok)
-      FL_LOG(warn, "result of cmd=" << cmd_id << " not stored: " << ok.error().detail);
+      FL_WARN("result of cmd=%s not stored: %s", cmd_id.c_str(), ok.error().detail.c_str());
     spool(r);
   }
   running_.clear();
@@ -356,8 +338,8 @@ void Agent::stop() {
 void Agent::on_welcome(const msg::Welcome& w) {
   welcomed_ = true;
   admission_->new_connection();
-  FL_LOG(info, "welcome broker=" << w.broker_id << " session=" << w.session_id
-                                 << " url=" << session_->current_url());
+  FL_INFO("welcome broker=%s session=%s url=%s", w.broker_id.c_str(), w.session_id.c_str(),
+          session_->current_url().c_str());
   flush_spool();
 }
 
@@ -365,9 +347,11 @@ void Agent::on_disconnected(std::uint16_t code, std::string_view reason) {
   const bool was = welcomed_;
   welcomed_ = false;
   if (was || code != 0)
-    FL_LOG(warn, "disconnected code=" << code << " (" << close_code_name(code) << ") reason=" << reason);
+    FL_WARN("disconnected code=%u (%.*s) reason=%.*s", static_cast<unsigned>(code),
+            static_cast<int>(close_code_name(code).size()), close_code_name(code).data(),
+            static_cast<int>(reason.size()), reason.data());
   else
-    FL_LOG(debug, "connect attempt failed: " << reason);
+    FL_DEBUG("connect attempt failed: %.*s", static_cast<int>(reason.size()), reason.data());
 }
 
 void Agent::on_unsent(std::vector<Message> unsent) {
@@ -376,7 +360,7 @@ void Agent::on_unsent(std::vector<Message> unsent) {
   for (auto& r : unsent_output_.absorb(std::move(unsent))) {
     if (r.truncated) {
       if (auto ok = results_->put(r); !ok)
-        FL_LOG(warn, "result of cmd=" << r.cmd_id << " not stored for replays: " << ok.error().detail);
+        FL_WARN("result of cmd=%s not stored for replays: %s", r.cmd_id.c_str(), ok.error().detail.c_str());
     }
     spool(r);
   }
@@ -393,27 +377,27 @@ void Agent::on_unsent(std::vector<Message> unsent) {
       spool_->remove(spool_id);
       spool(r);
       if (auto ok = results_->put(r); !ok)
-        FL_LOG(warn, "result of cmd=" << r.cmd_id << " not stored for replays: " << ok.error().detail);
+        FL_WARN("result of cmd=%s not stored for replays: %s", r.cmd_id.c_str(), ok.error().detail.c_str());
       charged = true;
       break;
     }
     if (!charged)
-      FL_LOG(warn, "cmd=" << id << ": " << n << " unsent output bytes, but its result is neither pending nor spooled");
+      FL_WARN("cmd=%s: %" PRIu64 " unsent output bytes, but its result is neither pending nor spooled", id.c_str(), n);
   }
 }
 
 void Agent::spool(const msg::Result& r) {
   auto pushed = spool_->push(r);
   if (!pushed) {
-    FL_LOG(error, "cannot spool result cmd=" << r.cmd_id << ": " << pushed.error().detail);
+    FL_ERROR("cannot spool result cmd=%s: %s", r.cmd_id.c_str(), pushed.error().detail.c_str());
     return;
   }
   if (*pushed) {
-    FL_LOG(warn, "spool full (" << spool_->max() << "): dropped the oldest result cmd=" << **pushed);
+    FL_WARN("spool full (%zu): dropped the oldest result cmd=%s", spool_->max(), (**pushed).c_str());
     stream_ends_.erase(**pushed);
   }
-  FL_LOG(info, "result spooled cmd=" << r.cmd_id << " status=" << fleetlink::to_string(r.status)
-                                     << " spooled=" << spool_->size());
+  FL_INFO("result spooled cmd=%s status=%s spooled=%zu", r.cmd_id.c_str(), fleetlink::to_string(r.status),
+          spool_->size());
 }
 
 void Agent::flush_spool() {
@@ -425,9 +409,9 @@ void Agent::flush_spool() {
     stream_ends_.erase(r.cmd_id);
     spool_->remove(id);
     ++sent;
-    FL_LOG(info, "result sent from spool cmd=" << r.cmd_id << " status=" << fleetlink::to_string(r.status));
+    FL_INFO("result sent from spool cmd=%s status=%s", r.cmd_id.c_str(), fleetlink::to_string(r.status));
   }
-  FL_LOG(info, "spool flushed sent=" << sent << " left=" << spool_->size());
+  FL_INFO("spool flushed sent=%zu left=%zu", sent, spool_->size());
 }
 
 // The stream's end, as an empty chunk at offset = the total bytes written, just
@@ -447,9 +431,8 @@ bool Agent::send_stream_end(const std::string& cmd_id) {
 void Agent::deliver(const msg::Result& r) {
   if (welcomed_ && send_stream_end(r.cmd_id) && session_->send(Message{r})) {
     stream_ends_.erase(r.cmd_id);
-    FL_LOG(info, "result cmd=" << r.cmd_id << " status=" << fleetlink::to_string(r.status) << " exit="
-                               << r.exit_code << " bytes=" << r.output.size()
-                               << (r.truncated ? " truncated" : ""));
+    FL_INFO("result cmd=%s status=%s exit=%d bytes=%zu%s", r.cmd_id.c_str(), fleetlink::to_string(r.status),
+            static_cast<int>(r.exit_code), r.output.size(), r.truncated ? " truncated" : "");
     return;
   }
   spool(r);
@@ -460,7 +443,7 @@ void Agent::on_command(const msg::Command& c) {
   AdmissionDecision d = admission_->decide(c, *dedup_, now);
   switch (d.action) {
     case Admission::ignore:
-      FL_LOG(warn, "command ignored seq=" << c.seq << " cmd=" << c.cmd_id << ": " << d.why);
+      FL_WARN("command ignored seq=%" PRIu64 " cmd=%s: %s", c.seq, c.cmd_id.c_str(), d.why.c_str());
       return;
     case Admission::nack:
       send_refusal(d, c.seq, c.kind);
@@ -468,8 +451,10 @@ void Agent::on_command(const msg::Command& c) {
     case Admission::duplicate: {
       session_->send(Message{d.ack});
       auto stored = results_->get(c.cmd_id);
-      FL_LOG(info, "ack seq=" << c.seq << " cmd=" << c.cmd_id << " duplicate=true"
-                              << (stored ? " (replaying its result)" : running_.contains(c.cmd_id) ? " (still running)" : " (result no longer kept)"));
+      const char* fate = stored                         ? " (replaying its result)"
+                         : running_.contains(c.cmd_id) ? " (still running)"
+                                                       : " (result no longer kept)";
+      FL_INFO("ack seq=%" PRIu64 " cmd=%s duplicate=true%s", c.seq, c.cmd_id.c_str(), fate);
       if (stored) deliver(*stored);
       return;
     }
@@ -481,11 +466,11 @@ void Agent::on_command(const msg::Command& c) {
 
 void Agent::send_refusal(const AdmissionDecision& d, std::uint64_t seq, std::string_view kind) {
   session_->send(Message{d.nack});
-  FL_LOG(warn, "nack seq=" << seq << " cmd=" << d.nack.cmd_id << " kind=" << kind
-                           << " reason=" << fleetlink::to_string(d.nack.reason) << ": " << d.why);
+  FL_WARN("nack seq=%" PRIu64 " cmd=%s kind=%.*s reason=%s: %s", seq, d.nack.cmd_id.c_str(),
+          static_cast<int>(kind.size()), kind.data(), fleetlink::to_string(d.nack.reason), d.why.c_str());
   if (d.reconnect) {
-    FL_LOG(warn, "sequence gap: expected seq " << d.nack.expected_seq << ", got " << seq
-                                               << "; reconnecting (close 4412)");
+    FL_WARN("sequence gap: expected seq %" PRIu64 ", got %" PRIu64 "; reconnecting (close 4412)",
+            d.nack.expected_seq, seq);
     session_->reconnect(CloseCode::seq_gap, "seq gap: expected " + std::to_string(d.nack.expected_seq) +
                                                 " got " + std::to_string(seq));
   }
@@ -496,7 +481,7 @@ void Agent::on_malformed_command(const CommandPeek& peek, std::string_view why) 
   // never run, and the connection goes on (PROTOCOL.md 3.5).
   const AdmissionDecision d = admission_->decide_malformed(peek, why);
   if (d.action == Admission::ignore) {
-    FL_LOG(warn, "undecodable command ignored seq=" << peek.seq.value_or(0) << ": " << d.why);
+    FL_WARN("undecodable command ignored seq=%" PRIu64 ": %s", peek.seq.value_or(0), d.why.c_str());
     return;
   }
   send_refusal(d, peek.seq.value_or(0), "?");
@@ -508,8 +493,7 @@ void Agent::start_command(const msg::Command& c, std::uint64_t now) {
   dedup_->insert(c.cmd_id, now);
   auto saved = dedup_->save(dedup_path_);
   if (!saved) {
-    FL_LOG(error, "cannot persist dedup window " << dedup_path_.string() << ": "
-                                                 << saved.error().detail);
+    FL_ERROR("cannot persist dedup window %s: %s", dedup_path_.c_str(), saved.error().detail.c_str());
     if (c.kind == "reboot") {
       session_->send(Message{msg::Ack{c.seq, c.cmd_id, false}});
       Outcome o;
@@ -521,7 +505,7 @@ void Agent::start_command(const msg::Command& c, std::uint64_t now) {
     }
   }
   session_->send(Message{msg::Ack{c.seq, c.cmd_id, false}});
-  FL_LOG(info, "ack seq=" << c.seq << " cmd=" << c.cmd_id << " kind=" << c.kind);
+  FL_INFO("ack seq=%" PRIu64 " cmd=%s kind=%s", c.seq, c.cmd_id.c_str(), c.kind.c_str());
   Executor* e = registry_->find(c.kind);
   running_[c.cmd_id] = Running{e, now};
   CommandContext ctx{c.cmd_id, c.kind, c.args};
@@ -550,21 +534,21 @@ void Agent::command_finished(const std::string& cmd_id, Outcome outcome, std::ui
   stream_dropped += unsent_output_.take(cmd_id);  // its chunks a lost connection never wrote
   msg::Result r = make_result(cmd_id, std::move(outcome), started_ms, now_unix_ms(), stream_dropped);
   if (auto ok = results_->put(r); !ok)
-    FL_LOG(warn, "result of cmd=" << cmd_id << " not stored for replays: " << ok.error().detail);
+    FL_WARN("result of cmd=%s not stored for replays: %s", cmd_id.c_str(), ok.error().detail.c_str());
   deliver(r);
 }
 
 void Agent::on_cancel(const msg::Cancel& c) {
   auto it = running_.find(c.cmd_id);
   if (it == running_.end() || it->second.executor == nullptr) {
-    FL_LOG(info, "cancel cmd=" << c.cmd_id << ": not running");
+    FL_INFO("cancel cmd=%s: not running", c.cmd_id.c_str());
     return;
   }
-  FL_LOG(info, "cancel cmd=" << c.cmd_id);
+  FL_INFO("cancel cmd=%s", c.cmd_id.c_str());
   try {
     it->second.executor->cancel(c.cmd_id);
   } catch (...) {
-    FL_LOG(error, "cancel cmd=" << c.cmd_id << ": executor threw");
+    FL_ERROR("cancel cmd=%s: executor threw", c.cmd_id.c_str());
   }
 }
 

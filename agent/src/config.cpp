@@ -18,14 +18,10 @@
 #include <memory>
 #include <sstream>
 
+#include "common/log.hpp"
 #include "fleetlink/client_session.hpp"
 #include "fleetlink/version.hpp"
-#include "log.hpp"
-
-#if __has_include("suite_config.hpp")
 #include "suite_config.hpp"
-#define FLEETLINK_AGENT_HAVE_SUITES 1
-#endif
 
 namespace fleetlink::agent {
 
@@ -293,7 +289,6 @@ ConfigReport validate_config(const AgentConfig& c, const ValidateOptions& opts) 
   if (c.plugin_max_running < 1 || c.plugin_max_running > 4096)
     err("plugin-max-running", "must be 1 to 4096");
   if (!c.suites.empty()) {
-#ifdef FLEETLINK_AGENT_HAVE_SUITES
     SuiteLoadOptions so;
     so.check_users = opts.check_suite_users;
     auto t = load_suites_file(c.suites, so);
@@ -303,10 +298,6 @@ ConfigReport validate_config(const AgentConfig& c, const ValidateOptions& opts) 
       while (std::getline(lines, line))
         if (!line.empty()) err("suites", line);
     }
-#else
-    (void)opts;
-    if (auto e = readable(c.suites); !e.empty()) err("suites", e);
-#endif
   }
   if (c.reboot_command.empty()) err("reboot-command", "is empty");
   if (c.dmesg_max_lines == 0) err("dmesg-max-lines", "must be at least 1");
@@ -326,8 +317,8 @@ ConfigReport validate_config(const AgentConfig& c, const ValidateOptions& opts) 
   if (c.keepalive_idle_s > 0 && c.keepalive_timeout_s <= c.keepalive_idle_s)
     err("keepalive-timeout-s", std::to_string(c.keepalive_timeout_s) + " must be above keepalive-idle-s (" +
                                    std::to_string(c.keepalive_idle_s) + ")");
-  LogLevel lv{};
-  if (!parse_log_level(c.log_level, lv)) err("log-level", "'" + c.log_level + "' is not debug|info|warn|error");
+  log::Level lv{};
+  if (!log::parse_level(c.log_level, lv)) err("log-level", "'" + c.log_level + "' is not debug|info|warn|error");
   return r;
 }
 

@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "agent.hpp"
+#include "common/log.hpp"
 #include "config.hpp"
-#include "log.hpp"
 
 namespace {
 
@@ -61,25 +61,27 @@ int main(int argc, char** argv) {
     return parsed.exit_code;
   }
   AgentConfig& cfg = parsed.config;
-  detect_journal();
-  LogLevel level = LogLevel::info;
-  parse_log_level(cfg.log_level, level);
-  set_log_level(level);
+  namespace log = fleetlink::log;
+  log::detect_journal();
+  // validate_config() reports a level that does not parse; until then, info.
+  log::Level level = log::Level::info;
+  log::parse_level(cfg.log_level, level);
+  log::set_level(level);
 
   if (cfg.check_config) return check_config(cfg);
 
   const ConfigReport report = validate_config(cfg);
-  for (const auto& w : report.warnings) FL_LOG(warn, "config: " << w);
+  for (const auto& w : report.warnings) FL_WARN("config: %s", w.c_str());
   if (!report.ok()) {
-    for (const auto& e : report.errors) FL_LOG(error, "config: " << e);
-    FL_LOG(error, "refusing to start: " << report.errors.size()
-                                        << " configuration error(s) (see fleetlink-agent --check-config)");
+    for (const auto& e : report.errors) FL_ERROR("config: %s", e.c_str());
+    FL_ERROR("refusing to start: %zu configuration error(s) (see fleetlink-agent --check-config)",
+             report.errors.size());
     return 2;
   }
 
   ::signal(SIGPIPE, SIG_IGN);
   if (::pipe2(g_signal_pipe, O_CLOEXEC) != 0) {
-    FL_LOG(error, "pipe: " << std::strerror(errno));
+    FL_ERROR("pipe: %s", std::strerror(errno));
     return 1;
   }
   struct sigaction sa {};
@@ -91,7 +93,7 @@ int main(int argc, char** argv) {
 
   Agent agent(cfg);
   if (auto ok = agent.init(); !ok) {
-    FL_LOG(error, "cannot start: " << ok.error().detail);
+    FL_ERROR("cannot start: %s", ok.error().detail.c_str());
     return ok.error().code == fleetlink::Errc::invalid_argument ? 2 : 1;
   }
   std::thread signals([&agent] {
@@ -101,13 +103,13 @@ int main(int argc, char** argv) {
       if (n < 0 && errno == EINTR) continue;
       break;
     }
-    if (b != 0) FL_LOG(info, "signal " << static_cast<int>(b) << ": stopping");
+    if (b != 0) FL_INFO("signal %d: stopping", static_cast<int>(b));
     agent.stop();
   });
   const int rc = agent.run();
   const unsigned char zero = 0;
   [[maybe_unused]] const ssize_t n = ::write(g_signal_pipe[1], &zero, 1);
   signals.join();
-  FL_LOG(info, "stopped");
+  FL_INFO("stopped");
   return rc;
 }

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -41,15 +40,15 @@ Fn symbol(void* handle, const char* name) {
 
 }  // namespace
 
-PluginLoader::PluginLoader(PluginHostInfo host, PluginLog log, ExecPluginOptions exec_options)
-    : host_(std::move(host)), log_(std::move(log)), exec_options_(exec_options) {}
+PluginLoader::PluginLoader(PluginHostInfo host, PluginLog sink, ExecPluginOptions exec_options)
+    : host_(std::move(host)), sink_(std::move(sink)), exec_options_(exec_options) {}
 
-void PluginLoader::log(PluginLogLevel level, const std::string& line) const {
-  if (log_) {
-    log_(level, line);
+void PluginLoader::emit(log::Level level, const std::string& line) const {
+  if (sink_) {
+    sink_(level, line);
     return;
   }
-  std::fprintf(stderr, "%s %s\n", level == PluginLogLevel::warn ? "WARN" : "INFO", line.c_str());
+  if (log::enabled(level)) log::write(level, line);
 }
 
 Expected<LoadedPlugin> PluginLoader::load_shared_object(const std::string& path) const {
@@ -110,7 +109,7 @@ PluginLoadReport PluginLoader::load_dir(const std::string& dir,
                                         const std::set<std::string, std::less<>>& reserved) const {
   PluginLoadReport report;
   auto refuse = [&](const std::string& line) {
-    log(PluginLogLevel::warn, line);
+    emit(log::Level::warn, line);
     report.refused.push_back(line);
   };
   std::error_code ec;
@@ -159,7 +158,7 @@ PluginLoadReport PluginLoader::load_dir(const std::string& dir,
       continue;
     }
     taken.insert(plugin.kind);
-    log(PluginLogLevel::info, "plugin " + path + " loaded: kind=" + plugin.kind +
+    emit(log::Level::info, "plugin " + path + " loaded: kind=" + plugin.kind +
                                   (plugin.shared_object ? " (shared object, abi " +
                                                               std::to_string(host_.abi_version) + ")"
                                                         : " (executable)"));

@@ -15,13 +15,14 @@
 #include <string_view>
 #include <vector>
 
+#include "common/log.hpp"
 #include "exec_plugin.hpp"
 #include "fleetlink/executor.hpp"
 
 namespace fleetlink::agent {
 
-enum class PluginLogLevel { info, warn };
-using PluginLog = std::function<void(PluginLogLevel, const std::string&)>;
+// Where the loader's lines go instead of the agent's log (tests collect them).
+using PluginLog = std::function<void(log::Level, const std::string&)>;
 
 struct LoadedPlugin {
   std::string file;                    // path in the plugin directory
@@ -44,8 +45,8 @@ struct PluginHostInfo {
 
 class PluginLoader {
  public:
-  // `log` may be empty: then lines go to stderr as "INFO ..."/"WARN ...".
-  PluginLoader(PluginHostInfo host, PluginLog log = {}, ExecPluginOptions exec_options = {});
+  // `sink` may be empty: then lines go to the agent's log (common/log.hpp).
+  PluginLoader(PluginHostInfo host, PluginLog sink = {}, ExecPluginOptions exec_options = {});
 
   // Loads one shared object; the error text names the file (and both ABI versions).
   Expected<LoadedPlugin> load_shared_object(const std::string& path) const;
@@ -56,10 +57,10 @@ class PluginLoader {
                             const std::set<std::string, std::less<>>& reserved_kinds = {}) const;
 
  private:
-  void log(PluginLogLevel level, const std::string& line) const;
+  void emit(log::Level level, const std::string& line) const;
 
   PluginHostInfo host_;
-  PluginLog log_;
+  PluginLog sink_;
   ExecPluginOptions exec_options_;
 };
 

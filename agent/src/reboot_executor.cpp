@@ -9,7 +9,7 @@
 #include <cstring>
 #include <thread>
 
-#include "log.hpp"
+#include "common/log.hpp"
 
 extern char** environ;
 
@@ -57,8 +57,8 @@ void RebootExecutor::start(const CommandContext& ctx, std::shared_ptr<Reporter> 
   }
   out.status = msg::Status::scheduled;
   out.detail = "reboot in " + std::to_string(opts_.delay.count()) + "ms: " + opts_.command;
-  FL_LOG(info, "reboot scheduled cmd=" << ctx.cmd_id << " pid=" << pid << " in "
-                                       << opts_.delay.count() << "ms: " << opts_.command);
+  FL_INFO("reboot scheduled cmd=%s pid=%d in %lldms: %s", ctx.cmd_id.c_str(), static_cast<int>(pid),
+          static_cast<long long>(opts_.delay.count()), opts_.command.c_str());
   reporter->finish(std::move(out));
   // Reap it so no zombie is left when the command returns (tests, or a failed reboot).
   std::thread([pid, id = ctx.cmd_id] {
@@ -66,9 +66,9 @@ void RebootExecutor::start(const CommandContext& ctx, std::shared_ptr<Reporter> 
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
-      FL_LOG(info, "reboot command finished cmd=" << id);
+      FL_INFO("reboot command finished cmd=%s", id.c_str());
     else
-      FL_LOG(warn, "reboot command failed cmd=" << id << " status=" << status);
+      FL_WARN("reboot command failed cmd=%s status=%d", id.c_str(), status);
   }).detach();
 }
 

@@ -32,8 +32,8 @@ bool compile_fixture(const std::string& name, const std::string& out_path) {
 struct Logged {
   std::vector<std::string> lines;
   PluginLog fn() {
-    return [this](PluginLogLevel level, const std::string& line) {
-      lines.push_back((level == PluginLogLevel::warn ? "WARN " : "INFO ") + line);
+    return [this](fleetlink::log::Level level, const std::string& line) {
+      lines.push_back((level == fleetlink::log::Level::warn ? "WARN " : "INFO ") + line);
     };
   }
 };
