@@ -14,7 +14,7 @@ add_library(fleetlink_msgpack INTERFACE)
 target_include_directories(fleetlink_msgpack SYSTEM INTERFACE ${MSGPACK_CXX_INCLUDE_DIR})
 target_compile_definitions(fleetlink_msgpack INTERFACE MSGPACK_NO_BOOST MSGPACK_DEFAULT_API_VERSION=3)
 
-# Included before the option() is declared: on a fresh configure it is not defined yet.
+# The top-level CMakeLists declares its options before it includes this file.
 if(FLEETLINK_BUILD_TESTS)
   find_package(doctest CONFIG REQUIRED)
 endif()
