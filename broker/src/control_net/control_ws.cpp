@@ -1,0 +1,203 @@
+// The control stream (GET /v1/stream, WebSocket subprotocol "fleetlink-stream";
+// its lines are control/stream_protocol.hpp): many commands over one
+// connection. A frame's request lines are enqueued as they are read; the
+// answers of a whole turn of the loop leave in one text frame (the end-of-turn
+// flush). One typed Fleet subscription per stream, filtered through the
+// stream's `watched` map: a per-command subscription would cost as much per
+// command (an insert and an erase either way) and would still need a list of
+// them to unsubscribe when the stream closes.
+#include <libwebsockets.h>
+
+#include <algorithm>
+#include <new>
+#include <string>
+#include <string_view>
+
+#include "control/http_util.hpp"
+#include "control/stream_protocol.hpp"
+#include "control_net/control_state.hpp"
+#include "net/lws_io.hpp"
+
+namespace fleetlink::broker::control_net {
+namespace {
+
+constexpr std::size_t kMaxStreamFrame = 1024 * 1024;  // a request frame; more: 1009
+// What a control stream buffers for a client that does not read: past it, 1008.
+constexpr std::size_t kMaxStreamBacklog = 16 * 1024 * 1024;
+
+void close_session(StreamSession* s, lws_close_status code, std::string_view reason) {
+  if (s->closing) return;
+  s->closing = true;
+  net::close_politely(s->wsi, static_cast<std::uint16_t>(code), reason);
+}
+
+void request_write(StreamSession* s) {
+  s->write_requested = true;
+  lws_callback_on_writable(s->wsi);
+}
+
+void queue_line(StreamSession* s, std::string line) {
+  if (s->closing) return;
+  if (s->out.size() - s->out_pos + line.size() > kMaxStreamBacklog) {
+    close_session(s, LWS_CLOSE_STATUS_POLICY_VIOLATION, "client does not read its answers");
+    return;
+  }
+  s->out += line;
+  flush_at_end_of_turn(s);
+}
+
+void on_stream_line(StreamSession* s, std::string_view line) {
+  ControlState* state = s->state;
+  stream::Request request = stream::parse_line(line);
+  if (auto* e = std::get_if<stream::LineError>(&request)) {
+    queue_line(s, stream::error_line(*e));
+    return;
+  }
+  auto& send = std::get<stream::SendRequest>(request);
+  if (!state->serving()) {
+    queue_line(s, stream::error_line({send.ref, "shutting_down", "the broker is shutting down"}));
+    return;
+  }
+  EnqueueOutcome outcome = state->fleet->enqueue(send.rig_id, std::move(send.kind), std::move(send.args));
+  if (const auto* ok = std::get_if<EnqueueOk>(&outcome)) {
+    queue_line(s, stream::queued_line(send.ref, *ok));
+    s->watched[ok->cmd_id] = StreamSession::Watched{std::move(send.ref), send.until_done};
+  } else {
+    queue_line(s, stream::refused_line(send.ref, std::get<EnqueueFailure>(outcome)));
+  }
+}
+
+// The Fleet's events about this stream's commands, as answer lines.
+void on_stream_event(StreamSession* s, const FleetEvent& event) {
+  if (s->closing || event.cmd_id.empty()) return;
+  const std::string_view op = stream::op_for_event(event.type);
+  if (op.empty()) return;
+  const auto it = s->watched.find(event.cmd_id);
+  if (it == s->watched.end()) return;
+  queue_line(s, stream::event_line(op, it->second.ref, event.cmd_id, event.detail));
+  if (op != "acked" || !it->second.until_done) s->watched.erase(it);
+}
+
+// A frame's lines ('\n'-separated, a '\r' before it dropped), in order, until
+// one of them closes the stream.
+void on_frame(StreamSession* s, std::string_view frame) {
+  while (!frame.empty() && !s->closing) {
+    const std::size_t nl = frame.find('\n');
+    std::string_view line = frame.substr(0, nl);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (!line.empty()) on_stream_line(s, line);
+    frame = nl == std::string_view::npos ? std::string_view() : frame.substr(nl + 1);
+  }
+}
+
+int on_established(lws* wsi, StreamPerSession* pss) {
+  ControlState* state = state_of(wsi);
+  if (pss == nullptr || state == nullptr || !state->serving()) return -1;
+  auto* s = new (std::nothrow) StreamSession();
+  if (s == nullptr) return -1;
+  s->state = state;
+  s->wsi = wsi;
+  pss->session = s;
+  state->sessions.insert(s);
+  const EventTypes answers{EventType::command_acked, EventType::command_done, EventType::command_nacked,
+                           EventType::command_lost};
+  s->subscription = state->fleet->events().subscribe(answers, [s](const FleetEvent& event) { on_stream_event(s, event); });
+  s->subscribed = true;
+  return 0;
+}
+
+int on_receive(lws* wsi, StreamSession* s, const char* in, std::size_t len) {
+  if (s->closing) return 0;
+  if (lws_frame_is_binary(wsi)) {
+    close_session(s, LWS_CLOSE_STATUS_UNACCEPTABLE_OPCODE, "text frames of JSON lines only");
+    return 0;
+  }
+  if (s->rx.size() + len > kMaxStreamFrame) {
+    close_session(s, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE, "frame over 1 MiB");
+    return 0;
+  }
+  s->rx.append(in, len);
+  if (!lws_is_final_fragment(wsi) || lws_remaining_packet_payload(wsi) > 0) return 0;
+  std::string frame;
+  frame.swap(s->rx);
+  on_frame(s, frame);
+  return 0;
+}
+
+void destroy_session(StreamPerSession* pss) {
+  if (pss == nullptr || pss->session == nullptr) return;
+  StreamSession* s = pss->session;
+  pss->session = nullptr;
+  ControlState* state = s->state;
+  if (s->subscribed && state->serving()) state->fleet->events().unsubscribe(s->subscription);
+  state->sessions.erase(s);
+  cancel_end_of_turn_flush(s);
+  delete s;
+}
+
+}  // namespace
+
+// As one text frame, unless lws still holds part of the last one (it sends that
+// first, then calls the writeable callback, which writes these).
+void write_session(StreamSession* s) {
+  if (s->closing || s->out_pos >= s->out.size()) return;
+  if (lws_partial_buffered(s->wsi)) {
+    request_write(s);
+    return;
+  }
+  const std::size_t n = std::min(kWriteChunk, s->out.size() - s->out_pos);
+  const std::string_view piece(s->out.data() + s->out_pos, n);
+  if (net::write_with_pre(s->wsi, piece, LWS_WRITE_TEXT) != net::WriteStatus::written) {
+    close_session(s, LWS_CLOSE_STATUS_ABNORMAL_CLOSE, "write failed");
+    return;
+  }
+  s->out_pos += n;
+  if (s->out_pos >= s->out.size()) {
+    s->out.clear();
+    s->out_pos = 0;
+  } else {
+    request_write(s);
+  }
+}
+
+void end_session_for_shutdown(StreamSession* s) {
+  if (s->subscribed) s->state->fleet->events().unsubscribe(s->subscription);
+  s->subscribed = false;
+  close_session(s, LWS_CLOSE_STATUS_GOINGAWAY, "broker shutting down");
+}
+
+int callback_stream(lws* wsi, lws_callback_reasons reason, void* user, void* in, std::size_t len) {
+  auto* pss = static_cast<StreamPerSession*>(user);
+  StreamSession* s = pss != nullptr ? pss->session : nullptr;
+  switch (reason) {
+    case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION: {
+      // The upgrade request's headers are still here: the same bearer token as the API.
+      ControlState* state = state_of(wsi);
+      if (state == nullptr || !state->serving()) return 1;
+      if (!state->options.token.empty() &&
+          !bearer_token_matches(header_value(wsi, WSI_TOKEN_HTTP_AUTHORIZATION), state->options.token)) {
+        return 1;
+      }
+      return 0;
+    }
+    case LWS_CALLBACK_ESTABLISHED:
+      return on_established(wsi, pss);
+    case LWS_CALLBACK_RECEIVE:
+      if (s == nullptr) return -1;
+      return on_receive(wsi, s, static_cast<const char*>(in), len);
+    case LWS_CALLBACK_SERVER_WRITEABLE:
+      if (s == nullptr) return -1;
+      s->write_requested = false;
+      write_session(s);
+      return 0;
+    case LWS_CALLBACK_CLOSED:
+    case LWS_CALLBACK_WSI_DESTROY:
+      destroy_session(pss);
+      return 0;
+    default:
+      break;
+  }
+  return 0;
+}
+
+}  // namespace fleetlink::broker::control_net
