@@ -1,6 +1,6 @@
 #pragma once
 // One HTTP request and its answer, as the control API's pure routing layer
-// sees them: no sockets, no libwebsockets. control_api.cpp fills HttpRequest
+// sees them: no sockets, no libwebsockets. control_net/control_http.cpp fills HttpRequest
 // from lws and writes HttpResponse back.
 #include <cstdint>
 #include <functional>

@@ -18,7 +18,7 @@
 //   {"op":"error","ref":"r1","error":"bad_request","detail":"…"}   (a line that is not a request)
 // "ref" is the client's own label for the request (at most 64 bytes, echoed back);
 // "notify" is "acked" (stop after the ACK) or "done" (the default: the ACK, then
-// the RESULT). Pure logic here; the WebSocket side is in control_api.cpp.
+// the RESULT). Pure logic here; the WebSocket side is control_net/control_ws.cpp.
 #include <cstdint>
 #include <string>
 #include <string_view>
