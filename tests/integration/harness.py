@@ -320,8 +320,11 @@ class LabTestCase(unittest.TestCase):
 
     def setUp(self):
         self.lab = Lab()
+        # A cleanup, not tearDown: it also runs when a subclass's setUp fails after
+        # starting processes (tearDown would not, and they would outlive the test).
+        self.addCleanup(self._close_lab)
 
-    def tearDown(self):
+    def _close_lab(self):
         failed = False
         outcome = getattr(self, "_outcome", None)
         if outcome is not None:

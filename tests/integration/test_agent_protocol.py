@@ -17,10 +17,7 @@ class AgentProtocolTest(LabTestCase):
     def setUp(self):
         super().setUp()
         self.fb = FakeBroker(self.lab.certs)
-
-    def tearDown(self):
-        self.fb.stop()
-        super().tearDown()
+        self.addCleanup(self.fb.stop)  # before the lab's own cleanup (cleanups run last first)
 
     def agent(self, rig="rig-a", **kw):
         return self.lab.agent(rig, self.fb.url, **kw)
