@@ -6,20 +6,10 @@
 #include <variant>
 
 #include "common/log.hpp"
+#include "net/host_port.hpp"
 #include "fleetlink/expected.hpp"
 
 namespace fleetlink::broker {
-
-struct HostPort {
-  std::string host;
-  int port = 0;
-  std::string to_string() const;
-};
-
-// "0.0.0.0:8443", "[::1]:80", "localhost:0". Error when the port is missing or out of range.
-Expected<HostPort> parse_host_port(const std::string& text);
-// True for 127.0.0.0/8, ::1 and "localhost".
-bool is_loopback_host(const std::string& host);
 
 struct BrokerConfig {
   HostPort listen{"0.0.0.0", 8443};

@@ -27,7 +27,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "app/config.hpp"
+#include "net/host_port.hpp"
 #include "fleetlink/expected.hpp"
 #include "fleetlink/token_bucket.hpp"
 

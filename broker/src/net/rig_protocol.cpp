@@ -51,7 +51,7 @@ std::string peer_of(lws* wsi) {
 }  // namespace
 
 lws_protocols* RigProtocol::protocols(std::size_t max_frame_bytes, std::size_t rx_buffer_bytes) {
-  protocols_[0] = {"fleetlink.v1", &RigProtocol::callback, sizeof(RigSlot), rx_buffer_bytes, 0, nullptr,
+  protocols_[0] = {kSubprotocol, &RigProtocol::callback, sizeof(RigSlot), rx_buffer_bytes, 0, nullptr,
                    max_frame_bytes + 64};
   protocols_[1] = {nullptr, nullptr, 0, 0, 0, nullptr, 0};
   return protocols_;

@@ -1,0 +1,514 @@
+// The data plane's protocol behaviour, without sockets: HELLO outcomes, seq and
+// write order, the command lifecycle, the outbox limit, keepalive, drain and the
+// close code of every kind of bad frame.
+#include <doctest/doctest.h>
+
+#include "fleet/lifecycle.hpp"
+#include "fleet_core_fixture.hpp"
+
+using namespace fleetlink;
+using namespace fleetlink::broker;
+using fleetlink::broker::testing::CoreFixture;
+
+namespace {
+
+std::uint64_t seq_of(const Outgoing& f) { return std::get<msg::Command>(f.message).seq; }
+
+// Hand-made msgpack for frames the SDK's encoder cannot produce.
+Bytes unknown_type_frame() { return {0x82, 0xa1, 'v', 0x01, 0xa1, 't', 0xa3, 'f', 'o', 'o'}; }
+Bytes version_2_frame() { return {0x82, 0xa1, 'v', 0x02, 0xa1, 't', 0xa5, 'h', 'e', 'l', 'l', 'o'}; }
+
+}  // namespace
+
+TEST_CASE("hello: accepted, registered, WELCOMEd first") {
+  CoreFixture f;
+  RigSession& s = f.connect();
+  const std::string boot = uuid_v7().to_string();
+  f.send(s, CoreFixture::hello_for("rig-1", boot));
+  CHECK(s.phase == SessionPhase::live);
+  CHECK(f.core->rig("rig-1").has_value());
+  CHECK(f.core->rig("rig-1")->boot_id == boot);
+  CHECK(f.core->rig("rig-1")->labels.at("lab") == "b2");
+  const std::vector<Outgoing> out = f.frames(s);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == OutboundKind::welcome);
+  const auto& w = std::get<msg::Welcome>(out[0].message);
+  CHECK(w.broker_id == f.settings.broker_id);
+  CHECK(w.ping_interval_ms == f.settings.keepalive.ping_interval_ms);
+  CHECK(w.max_frame_bytes == f.settings.max_frame_bytes);
+  REQUIRE(f.log.events.size() == 1);
+  CHECK(f.log.events[0].type == EventType::rig_connected);
+  CHECK(f.log.events[0].detail == boot);
+}
+
+TEST_CASE("hello: a HELLO that fails validation is closed 4400") {
+  CoreFixture f;
+  RigSession& s = f.connect();
+  f.send(s, CoreFixture::hello_for("rig with spaces", uuid_v7().to_string()));
+  REQUIRE(f.transport.close_of(s));
+  CHECK(f.transport.close_of(s)->code == CloseCode::malformed);
+  CHECK_FALSE(f.core->rig("rig with spaces"));
+}
+
+TEST_CASE("hello: a rig_id that is not the certificate's identity is closed 4401") {
+  CoreFixture f;
+  RigSession& s = f.connect("rig-b");
+  f.send(s, CoreFixture::hello_for("rig-a", uuid_v7().to_string()));
+  REQUIRE(f.transport.close_of(s));
+  CHECK(f.transport.close_of(s)->code == CloseCode::identity_mismatch);
+  RigSession& t = f.connect("rig-b");
+  f.send(t, CoreFixture::hello_for("rig-b", uuid_v7().to_string()));
+  CHECK_FALSE(f.transport.close_of(t));
+  CHECK(t.phase == SessionPhase::live);
+}
+
+TEST_CASE("hello: a second connection while the first is healthy is refused 4409, and the old one probed") {
+  CoreFixture f;
+  const std::string boot = uuid_v7().to_string();
+  RigSession& old = f.live_rig("rig-1", boot);
+  RigSession& dup = f.connect();
+  f.send(dup, CoreFixture::hello_for("rig-1", boot));
+  REQUIRE(f.transport.close_of(dup));
+  CHECK(f.transport.close_of(dup)->code == CloseCode::duplicate_connection);
+  CHECK_FALSE(f.transport.close_of(old));
+  // Same boot_id: the agent says it reconnected, so its old socket is pinged now.
+  const std::vector<Outgoing> probe = f.frames(old);
+  REQUIRE(probe.size() == 1);
+  CHECK(probe[0].kind == OutboundKind::ping);
+  // The probe's pong is due: unanswered, the next sweeps count misses on the old connection.
+  f.clock.advance(f.settings.keepalive.pong_timeout_ms);
+  for (int i = 0; i < 200; ++i) f.core->sweep();
+  CHECK(old.keepalive.missed >= 1);
+  CHECK(f.core->rig("rig-1")->state == "unresponsive");
+}
+
+TEST_CASE("hello: a newer boot_id supersedes the old connection, closed 4410") {
+  CoreFixture f;
+  const std::string old_boot = uuid_v7().to_string();
+  RigSession& old = f.live_rig("rig-1", old_boot);
+  const std::string new_boot = uuid_v7().to_string();
+  RigSession& fresh = f.connect();
+  f.send(fresh, CoreFixture::hello_for("rig-1", new_boot));
+  REQUIRE(f.transport.close_of(old));
+  CHECK(f.transport.close_of(old)->code == CloseCode::superseded);
+  CHECK(fresh.phase == SessionPhase::live);
+  CHECK(f.core->rig("rig-1")->boot_id == new_boot);
+  f.closed(old);  // the old socket going away must not take the new registration with it
+  CHECK(f.core->rig("rig-1")->boot_id == new_boot);
+}
+
+TEST_CASE("hello: an older boot_id than the live one is refused 4409") {
+  CoreFixture f;
+  const std::string older = uuid_v7().to_string();
+  const std::string newer = uuid_v7().to_string();
+  f.live_rig("rig-1", newer);
+  RigSession& stale = f.connect();
+  f.send(stale, CoreFixture::hello_for("rig-1", older));
+  REQUIRE(f.transport.close_of(stale));
+  CHECK(f.transport.close_of(stale)->code == CloseCode::duplicate_connection);
+}
+
+TEST_CASE("hello: no HELLO within the hello timeout is closed 4008") {
+  FleetSettings settings;
+  settings.hello_timeout_ms = 200;
+  CoreFixture f(settings);
+  RigSession& s = f.connect();
+  f.clock.advance(199);
+  for (int i = 0; i < 100; ++i) f.core->sweep();
+  CHECK_FALSE(f.transport.close_of(s));
+  f.clock.advance(1);
+  for (int i = 0; i < 100; ++i) f.core->sweep();
+  REQUIRE(f.transport.close_of(s));
+  CHECK(f.transport.close_of(s)->code == CloseCode::hello_timeout);
+}
+
+TEST_CASE("commands: seq from 1 per connection, written in seq order, most urgent frame first") {
+  CoreFixture f;
+  RigSession& s = f.live_rig("rig-1");
+  CHECK(f.enqueue_ok("rig-1").seq == 1);
+  CHECK(f.enqueue_ok("rig-1").seq == 2);
+  const EnqueueOk third = f.enqueue_ok("rig-1");
+  CHECK(third.seq == 3);
+  CHECK(f.transport.direct.size() == 3);  // a command is written at once when nothing is buffered
+  // A ping and a cancel jump the queue; commands keep their order.
+  s.outbound.ping = true;
+  REQUIRE(f.core->cancel(third.cmd_id));
+  std::vector<Outgoing> out = f.frames(s);
+  REQUIRE(out.size() == 5);
+  CHECK(out[0].kind == OutboundKind::ping);
+  CHECK(out[1].kind == OutboundKind::cancel);
+  CHECK(std::get<msg::Cancel>(out[1].message).cmd_id == third.cmd_id);
+  CHECK(seq_of(out[2]) == 1);
+  CHECK(seq_of(out[3]) == 2);
+  CHECK(seq_of(out[4]) == 3);
+  CHECK(std::get<msg::Command>(out[4].message).cmd_id == third.cmd_id);
+  CHECK_FALSE(f.core->has_more_to_write(s));
+  // A reconnect starts again at seq 1.
+  f.core->force_reconnect("rig-1");
+  f.closed(s);
+  f.live_rig("rig-1");
+  CHECK(f.enqueue_ok("rig-1").seq == 1);
+}
+
+TEST_CASE("commands: queued -> sent -> acked -> running -> done, each step timed") {
+  CoreFixture f;
+  RigSession& s = f.live_rig("rig-1");
+  const EnqueueOk ok = f.enqueue_ok("rig-1", "dmesg", {{"lines", "5"}});
+  CHECK(f.core->command(ok.cmd_id)->state == CommandState::queued);
+  f.clock.advance(5);
+  const std::vector<Outgoing> out = f.frames(s);
+  REQUIRE(out.size() == 1);
+  CHECK(std::get<msg::Command>(out[0].message).args.at("lines") == "5");
+  CHECK(f.core->command(ok.cmd_id)->state == CommandState::sent);
+  CHECK(f.core->command(ok.cmd_id)->sent_at_ms == f.clock.wall);
+  f.clock.advance(5);
+  f.send(s, msg::Ack{ok.seq, ok.cmd_id, false});
+  CHECK(f.core->command(ok.cmd_id)->state == CommandState::acked);
+  CHECK(f.core->command(ok.cmd_id)->acked_at_ms == f.clock.wall);
+  CHECK(f.core->rig("rig-1")->last_ack_seq == ok.seq);
+  CHECK(f.core->rig("rig-1")->unacked.empty());
+  f.send(s, msg::OutputChunk{ok.cmd_id, 0, Bytes{'h', 'i', '\n'}});
+  CHECK(f.core->command(ok.cmd_id)->state == CommandState::running);
+  CHECK(f.core->command(ok.cmd_id)->streamed_output == "hi\n");
+  f.clock.advance(5);
+  msg::Result r;
+  r.cmd_id = ok.cmd_id;
+  r.status = msg::Status::ok;
+  r.output = Bytes{'h', 'i', '\n'};
+  f.send(s, r);
+  const CommandView v = *f.core->command(ok.cmd_id);
+  CHECK(v.state == CommandState::done);
+  CHECK(v.finished_at_ms == f.clock.wall);
+  REQUIRE(v.result);
+  CHECK(v.result->status == msg::Status::ok);
+  CHECK(f.log.types() == std::vector<EventType>{EventType::rig_connected, EventType::command_acked,
+                                                EventType::command_done});
+  CHECK(f.log.events.back().detail == "ok");
+}
+
+TEST_CASE("commands: a NACK ends the command nacked; an answer for an unknown seq changes nothing") {
+  CoreFixture f;
+  RigSession& s = f.live_rig("rig-1");
+  const EnqueueOk ok = f.enqueue_ok("rig-1");
+  f.frames(s);
+  f.send(s, msg::Ack{99, ok.cmd_id, false});
+  CHECK(f.core->command(ok.cmd_id)->state == CommandState::sent);
+  f.send(s, msg::Nack{ok.seq, ok.cmd_id, msg::NackReason::not_allowed, "policy", 0});
+  const CommandView v = *f.core->command(ok.cmd_id);
+  CHECK(v.state == CommandState::nacked);
+  REQUIRE(v.nack);
+  CHECK(v.nack->reason == msg::NackReason::not_allowed);
+  CHECK(f.log.events.back().type == EventType::command_nacked);
+  CHECK(f.log.events.back().detail == "not_allowed");
+  CHECK(s.outbox.size() == 0);
+}
+
+TEST_CASE("commands: a RESULT without an ACK settles the command (also after OUTPUT made it running)") {
+  CoreFixture f;
+  RigSession& s = f.live_rig("rig-1");
+  const EnqueueOk ok = f.enqueue_ok("rig-1");
+  f.frames(s);
+  f.send(s, msg::OutputChunk{ok.cmd_id, 0, Bytes{'x'}});
+  CHECK(f.core->command(ok.cmd_id)->state == CommandState::running);
+  msg::Result r;
+  r.cmd_id = ok.cmd_id;
+  f.send(s, r);
+  CHECK(f.core->command(ok.cmd_id)->state == CommandState::done);
+  CHECK(s.outbox.size() == 0);
+  f.core->force_reconnect("rig-1");
+  f.closed(s);
+  CHECK(f.core->command(ok.cmd_id)->state == CommandState::done);  // not lost
+}
+
+TEST_CASE("commands: a RESULT of another rig's command is refused") {
+  CoreFixture f;
+  RigSession& a = f.live_rig("rig-a");
+  RigSession& b = f.live_rig("rig-b");
+  const EnqueueOk ok = f.enqueue_ok("rig-a");
+  f.frames(a);
+  msg::Result r;
+  r.cmd_id = ok.cmd_id;
+  f.send(b, r);
+  CHECK(f.core->command(ok.cmd_id)->state == CommandState::sent);
+}
+
+TEST_CASE("commands: the connection ends before the ACK -> lost, never retransmitted") {
+  CoreFixture f;
+  RigSession& s = f.live_rig("rig-1");
+  const EnqueueOk sent = f.enqueue_ok("rig-1");
+  f.frames(s);
+  const EnqueueOk queued = f.enqueue_ok("rig-1");
+  s.peer_close_code = 0;
+  f.closed(s);
+  CHECK(f.core->command(sent.cmd_id)->state == CommandState::lost);
+  CHECK(f.core->command(queued.cmd_id)->state == CommandState::lost);
+  CHECK_FALSE(f.core->rig("rig-1"));
+  const std::vector<EventType> types = f.log.types();
+  CHECK(std::count(types.begin(), types.end(), EventType::command_lost) == 2);
+  CHECK(std::count(types.begin(), types.end(), EventType::rig_disconnected) == 1);
+}
+
+TEST_CASE("enqueue: a full outbox is refused rig_unresponsive with the contract's detail") {
+  FleetSettings settings;
+  settings.outbox_capacity = 2;
+  CoreFixture f(settings);
+  RigSession& s = f.live_rig("rig-1");
+  const EnqueueOk first = f.enqueue_ok("rig-1");
+  f.enqueue_ok("rig-1");
+  f.frames(s);
+  f.send(s, msg::Ack{first.seq, first.cmd_id, false});
+  f.enqueue_ok("rig-1");
+  f.clock.advance(47'000);
+  EnqueueOutcome o = f.core->enqueue("rig-1", "dmesg", {});
+  REQUIRE(std::holds_alternative<EnqueueFailure>(o));
+  const auto& failure = std::get<EnqueueFailure>(o);
+  CHECK(failure.error == EnqueueError::rig_unresponsive);
+  CHECK(failure.detail == "outbox full (2/2), oldest queued cmd age 47s");
+  CHECK(failure.last_ack_seq == first.seq);
+  CHECK(failure.last_ack_at_ms.has_value());
+  CHECK(failure.suggested_action == "force_reconnect");
+}
+
+TEST_CASE("enqueue: unknown rig, unsupported kind, draining, and the SDK's own argument rules") {
+  CoreFixture f;
+  f.live_rig("rig-1");
+  auto error_of = [&](std::string_view rig, std::string kind, StringMap args = {}) {
+    EnqueueOutcome o = f.core->enqueue(rig, std::move(kind), std::move(args));
+    REQUIRE(std::holds_alternative<EnqueueFailure>(o));
+    return std::get<EnqueueFailure>(o);
+  };
+  CHECK(error_of("rig-2", "dmesg").error == EnqueueError::unknown_rig);
+  CHECK(error_of("rig-1", "suite").error == EnqueueError::unsupported_kind);
+  CHECK(error_of("rig-1", "").error == EnqueueError::bad_request);
+  CHECK(error_of("rig-1", "bad kind").error == EnqueueError::bad_request);
+  CHECK(error_of("rig-1", "dmesg", {{"", "x"}}).error == EnqueueError::bad_request);
+  CHECK(error_of("rig-1", "dmesg", {{"k", std::string(kMaxMapValueBytes + 1, 'x')}}).error ==
+        EnqueueError::bad_request);
+  StringMap many;
+  for (std::size_t i = 0; i <= kMaxMapEntries; ++i) many["k" + std::to_string(i)] = "v";
+  CHECK(error_of("rig-1", "dmesg", many).error == EnqueueError::bad_request);
+  // Values up to the SDK's limit pass (the limit is per value, as the rig decodes them).
+  CHECK(std::holds_alternative<EnqueueOk>(f.core->enqueue("rig-1", "dmesg", {{"k", std::string(kMaxMapValueBytes, 'x')}})));
+  f.core->start_drain(std::chrono::milliseconds(100));
+  CHECK(error_of("rig-1", "dmesg").error == EnqueueError::draining);
+}
+
+TEST_CASE("keepalive: pings on the interval, 4002 after max_missed pongs in a row; a pong resets the count") {
+  FleetSettings settings;
+  settings.keepalive = {100, 50, 3};
+  CoreFixture f(settings);
+  RigSession& s = f.live_rig("rig-1");
+  auto tick = [&](std::uint32_t ms) {
+    for (std::uint32_t t = 0; t < ms; t += 5) {
+      f.clock.advance(5);
+      f.core->sweep();
+    }
+  };
+  tick(100);
+  std::vector<Outgoing> out = f.frames(s);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == OutboundKind::ping);
+  f.core->on_pong(s);
+  CHECK(s.keepalive.missed == 0);
+  tick(160);  // the next ping, unanswered past its timeout
+  CHECK(s.keepalive.missed == 1);
+  CHECK(f.core->rig("rig-1")->state == "unresponsive");
+  f.core->on_pong(s);
+  CHECK(f.core->rig("rig-1")->state == "connected");
+  tick(600);
+  REQUIRE(f.transport.close_of(s));
+  CHECK(f.transport.close_of(s)->code == CloseCode::keepalive_timeout);
+  CHECK_FALSE(f.core->rig("rig-1"));
+}
+
+TEST_CASE("drain: GOAWAY after the commands, delays within the window; hello-less connections closed 1001") {
+  FleetSettings settings;
+  settings.drain_deadline_ms = 5000;
+  CoreFixture f(settings);
+  RigSession& a = f.live_rig("rig-a");
+  RigSession& b = f.live_rig("rig-b");
+  RigSession& pending = f.connect();
+  const EnqueueOk ok = f.enqueue_ok("rig-a");
+  f.core->start_drain(std::chrono::milliseconds(1000));
+  CHECK(f.transport.stopped_accepting);
+  CHECK(f.core->draining());
+  CHECK_FALSE(f.core->ready());
+  REQUIRE(f.transport.close_of(pending));
+  CHECK(f.transport.close_of(pending)->code == CloseCode::going_away);
+  std::vector<Outgoing> out = f.frames(a);
+  REQUIRE(out.size() == 2);
+  CHECK(std::get<msg::Command>(out[0].message).cmd_id == ok.cmd_id);
+  CHECK(out[1].kind == OutboundKind::goaway);
+  CHECK(std::get<msg::Goaway>(out[1].message).reconnect_after_ms <= 1000);
+  out = f.frames(b);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == OutboundKind::goaway);
+  CHECK(f.core->rig("rig-a")->state == "draining");
+  CHECK(f.log.events.back().type == EventType::drain_started);
+  // A connection arriving now is sent away at once.
+  RigSession& late = f.connect();
+  REQUIRE(f.transport.close_of(late));
+  CHECK(f.transport.close_of(late)->code == CloseCode::going_away);
+  f.closed(pending);
+  f.closed(late);
+  f.closed(a);
+  CHECK(f.drained == 0);
+  f.closed(b);
+  CHECK(f.drained == 1);
+}
+
+TEST_CASE("drain: ends at the deadline even with rigs left") {
+  FleetSettings settings;
+  settings.drain_deadline_ms = 2000;
+  CoreFixture f(settings);
+  f.live_rig("rig-a");
+  f.core->start_drain(std::chrono::milliseconds(500));
+  f.clock.advance(1999);
+  f.core->sweep();
+  CHECK(f.drained == 0);
+  f.clock.advance(1);
+  f.core->sweep();
+  CHECK(f.drained == 1);
+}
+
+TEST_CASE("frame errors: each kind of bad frame has its close code") {
+  SUBCASE("undecodable bytes: 4400") {
+    CoreFixture f;
+    RigSession& s = f.live_rig("rig-1");
+    f.send_bytes(s, Bytes{0xc1, 0x00});
+    REQUIRE(f.transport.close_of(s));
+    CHECK(f.transport.close_of(s)->code == CloseCode::malformed);
+  }
+  SUBCASE("an unknown type: ignored (lenient), 4422 (strict)") {
+    CoreFixture lenient;
+    RigSession& s = lenient.live_rig("rig-1");
+    lenient.send_bytes(s, unknown_type_frame());
+    CHECK_FALSE(lenient.transport.close_of(s));
+    FleetSettings settings;
+    settings.strictness = Strictness::strict;
+    CoreFixture strict(settings);
+    RigSession& t = strict.live_rig("rig-1");
+    strict.send_bytes(t, unknown_type_frame());
+    REQUIRE(strict.transport.close_of(t));
+    CHECK(strict.transport.close_of(t)->code == CloseCode::unknown_type);
+  }
+  SUBCASE("an unknown type before HELLO: 4400") {
+    CoreFixture f;
+    RigSession& s = f.connect();
+    f.send_bytes(s, unknown_type_frame());
+    REQUIRE(f.transport.close_of(s));
+    CHECK(f.transport.close_of(s)->code == CloseCode::malformed);
+  }
+  SUBCASE("another protocol version: 4426") {
+    CoreFixture f;
+    RigSession& s = f.connect();
+    f.send_bytes(s, version_2_frame());
+    REQUIRE(f.transport.close_of(s));
+    CHECK(f.transport.close_of(s)->code == CloseCode::unsupported_version);
+  }
+  SUBCASE("a frame over max_frame_bytes, in pieces: 1009") {
+    FleetSettings settings;
+    settings.max_frame_bytes = 1024;
+    CoreFixture f(settings);
+    RigSession& s = f.live_rig("rig-1");
+    const Bytes piece(600, 0x00);
+    f.core->on_data(s, piece, 0, false);  // a first WebSocket fragment
+    CHECK_FALSE(f.transport.close_of(s));
+    f.core->on_data(s, piece, 0, true);
+    REQUIRE(f.transport.close_of(s));
+    CHECK(f.transport.close_of(s)->code == CloseCode::message_too_big);
+  }
+  SUBCASE("a frame in pieces within the limit is reassembled") {
+    CoreFixture f;
+    RigSession& s = f.live_rig("rig-1");
+    const EnqueueOk ok = f.enqueue_ok("rig-1");
+    f.frames(s);
+    const Bytes ack = encode(msg::Ack{ok.seq, ok.cmd_id, false});
+    const std::size_t half = ack.size() / 2;
+    f.core->on_data(s, std::span<const std::uint8_t>(ack.data(), half), ack.size() - half, false);
+    CHECK(f.core->command(ok.cmd_id)->state == CommandState::sent);
+    f.core->on_data(s, std::span<const std::uint8_t>(ack.data() + half, ack.size() - half), 0, true);
+    CHECK(f.core->command(ok.cmd_id)->state == CommandState::acked);
+  }
+  SUBCASE("a first frame that is not HELLO: 4400") {
+    CoreFixture f;
+    RigSession& s = f.connect();
+    f.send(s, msg::Event{"boot", {}, 0});
+    REQUIRE(f.transport.close_of(s));
+    CHECK(f.transport.close_of(s)->code == CloseCode::malformed);
+    CHECK(f.transport.close_of(s)->reason == "expected hello");
+  }
+  SUBCASE("a frame only brokers send: 4400") {
+    CoreFixture f;
+    RigSession& s = f.live_rig("rig-1");
+    f.send(s, msg::Goaway{"no", 0});
+    REQUIRE(f.transport.close_of(s));
+    CHECK(f.transport.close_of(s)->code == CloseCode::malformed);
+    CHECK(f.transport.close_of(s)->reason == "unexpected goaway");
+  }
+  SUBCASE("over the inbound rate: answers pause reading, anything else is a flood (4429)") {
+    FleetSettings settings;
+    settings.rig_rate = 1;
+    settings.rig_burst = 2;
+    CoreFixture f(settings);
+    RigSession& s = f.live_rig("rig-1");  // the HELLO took one token
+    const EnqueueOk a = f.enqueue_ok("rig-1");
+    const EnqueueOk b = f.enqueue_ok("rig-1");
+    f.frames(s);
+    f.send(s, msg::Ack{a.seq, a.cmd_id, false});
+    f.send(s, msg::Ack{b.seq, b.cmd_id, false});  // over the bucket: still accepted, reading paused
+    CHECK(f.core->command(b.cmd_id)->state == CommandState::acked);
+    CHECK(f.transport.paused.size() == 1);
+    CHECK(f.core->has_paused());
+    f.clock.advance(1000);
+    CHECK(f.core->resume_paused() == 1);
+    CHECK(f.transport.resumed.size() == 1);
+    f.send(s, msg::Event{"chatter", {}, 0});
+    f.send(s, msg::Event{"chatter", {}, 0});
+    REQUIRE(f.transport.close_of(s));
+    CHECK(f.transport.close_of(s)->code == CloseCode::rate_limited);
+  }
+}
+
+TEST_CASE("frame errors: input after a close was asked for is ignored") {
+  CoreFixture f;
+  RigSession& s = f.live_rig("rig-1");
+  const EnqueueOk ok = f.enqueue_ok("rig-1");
+  f.frames(s);
+  f.core->force_reconnect("rig-1");
+  REQUIRE(f.transport.close_of(s));
+  CHECK(f.transport.close_of(s)->code == CloseCode::forced_reconnect);
+  f.send(s, msg::Ack{ok.seq, ok.cmd_id, false});
+  CHECK(f.core->command(ok.cmd_id)->state == CommandState::lost);
+  CHECK_FALSE(f.core->next_frame(s).has_value());
+}
+
+TEST_CASE("cancel: only for a command in flight on a connected rig, at most once at a time") {
+  CoreFixture f;
+  RigSession& s = f.live_rig("rig-1");
+  const EnqueueOk ok = f.enqueue_ok("rig-1");
+  f.frames(s);
+  CHECK_FALSE(f.core->cancel("no-such-command"));
+  CHECK(f.core->cancel(ok.cmd_id));
+  CHECK_FALSE(f.core->cancel(ok.cmd_id));  // already pending
+  std::vector<Outgoing> out = f.frames(s);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == OutboundKind::cancel);
+  f.send(s, msg::Nack{ok.seq, ok.cmd_id, msg::NackReason::busy, "", 0});
+  CHECK_FALSE(f.core->cancel(ok.cmd_id));  // finished
+}
+
+TEST_CASE("events: nobody listening, nothing is built; a command subscription sees only its command") {
+  CoreFixture f;
+  RigSession& s = f.live_rig("rig-1");
+  const EnqueueOk a = f.enqueue_ok("rig-1");
+  const EnqueueOk b = f.enqueue_ok("rig-1");
+  f.frames(s);
+  std::vector<std::string> seen;
+  f.core->events().subscribe_command(b.cmd_id, [&](const FleetEvent& e) { seen.push_back(e.cmd_id); });
+  f.send(s, msg::Ack{a.seq, a.cmd_id, false});
+  f.send(s, msg::Ack{b.seq, b.cmd_id, true});
+  CHECK(seen == std::vector<std::string>{b.cmd_id});
+  CHECK(f.log.events.back().detail == "duplicate");
+  CHECK(f.core->command(b.cmd_id)->duplicate);
+}
