@@ -1,0 +1,134 @@
+#pragma once
+// The command record's home (docs/OPERATIONS.md, "The command store"): every
+// command with every step of its life and its result, the inventory of rigs
+// ever seen, and the fan-out jobs. One interface, several backends: SQLite in
+// the broker's state directory (the default, store/sqlite_store.*), none (a
+// broker that keeps nothing across a restart: benchmarks, development), and
+// Redis for several brokers (the next step).
+//
+// Writes are buffered and made durable by commit(): the fleet core calls it
+// once per turn of the loop that changed something, and always before it
+// promises anything (the 202 of a command, its first write to a rig). Reads
+// answer through a callback, which SQLite calls at once and a networked store
+// later: callers never assume it ran before the call returns.
+//
+// Single-threaded (the event loop); a backend may use threads of its own.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "fleet/fleet.hpp"
+#include "fleetlink/expected.hpp"
+
+namespace fleetlink::broker {
+
+// A rig as the inventory knows it: what its last HELLO said, and when it was seen.
+struct RigRecord {
+  std::string rig_id;
+  std::string boot_id;
+  std::string agent_version;
+  StringMap labels;
+  std::vector<std::string> kinds;
+  std::string broker_id;           // the broker it was last connected to
+  std::uint64_t first_seen_ms = 0;
+  std::uint64_t last_seen_ms = 0;  // its last HELLO, frame or pong known to the store; its disconnect
+};
+
+// A fan-out job. The store keeps its body as given (the control plane's JSON)
+// and indexes the fields it is listed by.
+struct JobRecord {
+  std::string job_id;
+  std::uint64_t created_at_ms = 0;
+  bool finished = false;
+  std::string body;
+};
+
+// GET /v1/commands?rig=&state=&since=&job=&before=&limit=, newest first.
+struct CommandQuery {
+  std::string rig_id;                    // empty: every rig
+  std::optional<CommandState> state;
+  std::string job_id;
+  std::uint64_t since_ms = 0;            // enqueued at or after
+  std::string before_cmd_id;             // paging: only commands older than this one
+  std::size_t limit = 100;
+};
+
+struct JobQuery {
+  std::optional<bool> finished;
+  std::uint64_t since_ms = 0;
+  std::string before_job_id;
+  std::size_t limit = 100;
+};
+
+// What the store holds at start-up that the broker needs in memory.
+struct StoreSnapshot {
+  std::vector<CommandView> open_commands;  // every command not in a final state, oldest first
+  std::vector<RigRecord> rigs;
+  std::vector<JobRecord> open_jobs;
+};
+
+// Bounds on what is kept (docs/OPERATIONS.md gives the defaults).
+struct RetentionPolicy {
+  std::uint64_t max_age_ms = 30ULL * 24 * 3600 * 1000;  // finished commands and jobs older than this go
+  std::uint64_t max_commands = 1'000'000;               // beyond this, the oldest finished commands go
+};
+
+class CommandStore {
+ public:
+  using CommandCallback = std::function<void(std::optional<CommandView>)>;
+  using CommandsCallback = std::function<void(std::vector<CommandView>)>;
+  using JobCallback = std::function<void(std::optional<JobRecord>)>;
+  using JobsCallback = std::function<void(std::vector<JobRecord>)>;
+
+  virtual ~CommandStore() = default;
+  // "sqlite", "none", ...: for logs and /metrics.
+  virtual std::string_view name() const noexcept = 0;
+  // Whether anything is kept across a restart.
+  virtual bool durable() const noexcept = 0;
+  // Usable now (for /readyz).
+  virtual bool up() const noexcept = 0;
+
+  // ---- start-up ----
+  virtual Expected<StoreSnapshot> load() = 0;
+
+  // ---- writes, buffered until commit() ----
+  // Creates the command or records a later step of it. A backend never moves a
+  // command back to an earlier state, nor changes a finished one: when two
+  // brokers share a store (one draining, one taking its rigs), the later step
+  // wins whichever broker writes last. `with_result`: the command finished and
+  // v.result / v.nack / v.streamed_output are written too (once).
+  virtual void put_command(const CommandView& v, bool with_result) = 0;
+  virtual void put_rig(const RigRecord& r) = 0;
+  virtual void put_job(const JobRecord& j) = 0;
+  // Makes every write since the last commit durable against a crash of this
+  // process (what a power cut can lose is the backend's to say). True when
+  // there was nothing to do, too.
+  virtual Expected<void> commit() = 0;
+  // Writes wait for commit().
+  virtual bool pending() const noexcept = 0;
+
+  // ---- reads ----
+  virtual void find(std::string_view cmd_id, CommandCallback done) = 0;
+  virtual void find_by_key(std::string_view idempotency_key, CommandCallback done) = 0;
+  // The rig's commands not in a final state, oldest first.
+  virtual void open_commands_of(std::string_view rig_id, CommandsCallback done) = 0;
+  virtual void list_commands(const CommandQuery& q, CommandsCallback done) = 0;
+  virtual void find_job(std::string_view job_id, JobCallback done) = 0;
+  virtual void list_jobs(const JobQuery& q, JobsCallback done) = 0;
+
+  // A number that changes when another process wrote to the store since this one
+  // last looked (brokers sharing it): then what this broker holds in memory may
+  // be stale, and it reads the store again where it matters (a rig's HELLO, a
+  // RESULT for a command it does not know).
+  virtual std::uint64_t foreign_writes() = 0;
+
+  // ---- upkeep (a timer of the application) ----
+  // Forgets finished commands and jobs beyond the policy; returns how many went.
+  virtual std::size_t prune(const RetentionPolicy& policy, std::uint64_t now_ms) = 0;
+};
+
+}  // namespace fleetlink::broker
