@@ -91,6 +91,7 @@ void visit_fields(M& m, F& f) {
     f("started_at_ms", m.started_at_ms, Need::optional);
     f("finished_at_ms", m.finished_at_ms, Need::optional);
     f("detail", m.detail, Need::optional);
+    f("interrupted", m.interrupted, Need::optional);
   } else if constexpr (std::is_same_v<T, msg::OutputChunk>) {
     f("cmd_id", m.cmd_id, Need::required);
     f("offset", m.offset, Need::required);

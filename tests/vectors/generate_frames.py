@@ -40,10 +40,10 @@ def hello(rig="rig-0414", version="0.1.0", boot=BOOT, labels=None, kinds=None):
 
 def result(**kw):
     f = dict(cmd_id=CMD, status="ok", exit_code=0, signal=0, output=b"", truncated=False,
-             dropped_bytes=0, started_at_ms=0, finished_at_ms=0, detail="")
+             dropped_bytes=0, started_at_ms=0, finished_at_ms=0, detail="", interrupted=False)
     f.update(kw)
     order = ["cmd_id", "status", "exit_code", "signal", "output", "truncated",
-             "dropped_bytes", "started_at_ms", "finished_at_ms", "detail"]
+             "dropped_bytes", "started_at_ms", "finished_at_ms", "detail", "interrupted"]
     return [(k, f[k]) for k in order]
 
 
@@ -77,6 +77,12 @@ VALID = [
                                                     detail="killed by signal 9"))),
     ("result_negative_exit", frame("result", result(status="timeout", exit_code=-2147483648))),
     ("result_scheduled", frame("result", result(status="scheduled"))),
+    ("result_interrupted", frame("result", result(
+        status="failed", finished_at_ms=1764448306200, interrupted=True,
+        detail="interrupted: accepted by an earlier agent process (boot_id " + BOOT +
+               ") that ended before it finished"))),
+    ("result_duplicate_forgotten", frame("result", result(
+        status="duplicate", detail="already ran on this rig; its result is no longer kept"))),
     ("output_chunk", frame("output", [("cmd_id", CMD), ("offset", 65536),
                                       ("data", b"line one\nline two\n")])),
     ("output_chunk_max", frame("output", [("cmd_id", CMD), ("offset", 0),
@@ -142,6 +148,9 @@ INVALID = [
     ("bad_field/status_unknown", frame("result", result(status="exploded"))),
     ("bad_field/output_as_str", frame("result", result(output="text, not bin"))),
     ("bad_field/exit_code_over_int32", frame("result", result(exit_code=2**31))),
+    ("bad_field/interrupted_as_int", frame("result", result(interrupted=1))),
+    ("bad_field/interrupted_as_str", frame("result", result(interrupted="true"))),
+    ("bad_field/interrupted_as_nil", frame("result", result(interrupted=None))),
     ("bad_field/ping_interval_over_uint32", frame("welcome", [("broker_id", "b"),
                                                               ("session_id", SESSION),
                                                               ("ping_interval_ms", 2**32),

@@ -86,6 +86,10 @@ struct Result {
   std::uint64_t started_at_ms = 0;
   std::uint64_t finished_at_ms = 0;
   std::string detail;                  // human-readable reason on failure
+  // The agent process that accepted the command ended before it finished (status
+  // failed): reported by a later agent process from its dedup record. Added in v1
+  // as an optional field: older receivers ignore it, older senders omit it.
+  bool interrupted = false;
   bool operator==(const Result&) const = default;
 };
 

@@ -303,6 +303,60 @@ TEST_CASE("optional fields take their defaults when absent") {
   CHECK(c.issued_at_ms == 0);
 }
 
+TEST_CASE("result.interrupted: optional, written last, a bool; a RESULT from an older sender reads as false") {
+  // What an agent before the field wrote: every other field, no "interrupted".
+  const Bytes old_sender = command_frame(12, [](auto& pk) {
+    pk.pack(std::string("v"));
+    pk.pack(1);
+    pack_kv(pk, "t", "result");
+    pack_kv(pk, "cmd_id", test::kCmdId);
+    pack_kv(pk, "status", "failed");
+    for (const char* k : {"exit_code", "signal"}) {
+      pk.pack(std::string(k));
+      pk.pack(0);
+    }
+    pk.pack(std::string("output"));
+    pk.pack_bin(0);
+    pk.pack(std::string("truncated"));
+    pk.pack(false);
+    for (const char* k : {"dropped_bytes", "started_at_ms", "finished_at_ms"}) {
+      pk.pack(std::string(k));
+      pk.pack(0);
+    }
+    pack_kv(pk, "detail", "");
+  });
+  const auto r = decode(old_sender);
+  REQUIRE(r);
+  CHECK_FALSE(std::get<msg::Result>(*r).interrupted);
+
+  msg::Result res;
+  res.cmd_id = test::kCmdId;
+  res.status = msg::Status::failed;
+  res.interrupted = true;
+  const Bytes wire = encode(res);
+  // The last key of the map, after "detail": old receivers skip it as unknown.
+  const std::string text(wire.begin(), wire.end());
+  const std::string tail = std::string("\xab" "interrupted") + "\xc3";
+  REQUIRE(text.size() > tail.size());
+  CHECK(text.substr(text.size() - tail.size()) == tail);
+  CHECK(text.find("\xa6" "detail") < text.find("\xab" "interrupted"));
+  const auto back = decode(wire);
+  REQUIRE(back);
+  CHECK(std::get<msg::Result>(*back).interrupted);
+
+  // Anything but a bool is a bad field.
+  const Bytes as_int = command_frame(5, [](auto& pk) {
+    pk.pack(std::string("v"));
+    pk.pack(1);
+    pack_kv(pk, "t", "result");
+    pack_kv(pk, "cmd_id", test::kCmdId);
+    pack_kv(pk, "status", "failed");
+    pk.pack(std::string("interrupted"));
+    pk.pack(1);
+  });
+  CHECK(decode_error(as_int) == Errc::bad_field);
+}
+
 TEST_CASE("field limits") {
   auto bad = [](Message m) {
     const auto r = decode(encode(m));

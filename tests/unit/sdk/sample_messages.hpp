@@ -19,7 +19,7 @@ inline std::vector<Message> sample_messages() {
   out.emplace_back(msg::Ack{1, kCmdId, false});
   out.emplace_back(msg::Nack{7, kCmdId, msg::NackReason::seq_gap, "expected seq 5", 5});
   out.emplace_back(msg::Result{kCmdId, msg::Status::failed, -1, 9, Bytes{'o', 'k', 0, 0xff},
-                               true, 1234, 1764448306123ULL, 1764448307000ULL, "killed"});
+                               true, 1234, 1764448306123ULL, 1764448307000ULL, "killed", true});
   out.emplace_back(msg::OutputChunk{kCmdId, 65536, Bytes{'l', 'i', 'n', 'e', '\n'}});
   out.emplace_back(msg::Event{"disk_low", {{"free_mb", "12"}}, 1764448306123ULL});
   out.emplace_back(msg::Cancel{kCmdId});
