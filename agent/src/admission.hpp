@@ -7,7 +7,8 @@
 //                                      everything after it on this connection is ignored
 //   empty cmd_id or kind            -> NACK malformed
 //   a frame decode() refused        -> NACK malformed (decide_malformed)
-//   cmd_id already run              -> ACK duplicate=true (replay the stored RESULT), never run
+//   cmd_id already accepted         -> ACK duplicate=true, never run (the agent then answers
+//                                      from its record: the stored RESULT, or what became of it)
 //   kind without an executor        -> NACK unsupported_kind
 //   kind not in the allow list      -> NACK not_allowed
 //   otherwise                       -> ACK and run

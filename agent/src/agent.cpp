@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <mutex>
+#include <set>
 
 #include "common/log.hpp"
 #include "dmesg_executor.hpp"
@@ -227,24 +228,30 @@ Expected<void> Agent::init() {
   spool_ = std::make_unique<Spool>(state_dir_ / "spool", cfg_.spool_max_results);
   if (auto ok = spool_->load(); !ok) return ok.error();
 
-  dedup_path_ = state_dir_ / "dedup-window";
+  const fs::path dedup_path = state_dir_ / "dedup-window";
   const auto max_age = std::chrono::hours(cfg_.dedup_max_age_h);
-  auto loaded = DedupWindow::load(dedup_path_, cfg_.dedup_max, max_age);
+  const std::uint64_t mono = monotonic_ms();
+  auto loaded = DedupWindow::load(dedup_path, cfg_.dedup_max, max_age, mono);
   if (loaded) {
-    dedup_.emplace(std::move(*loaded));
+    ledger_ = std::make_unique<CommandLedger>(std::move(*loaded), dedup_path, boot_id_);
   } else {
     // Keep the evidence, and rebuild what we can from the stored results so a
     // reboot that already ran is still known.
-    const fs::path aside = dedup_path_.string() + ".corrupt-" + std::to_string(now_unix_ms());
-    fs::rename(dedup_path_, aside, ec);
+    const fs::path aside = dedup_path.string() + ".corrupt-" + std::to_string(now_unix_ms());
+    fs::rename(dedup_path, aside, ec);
     FL_ERROR("dedup window %s unreadable (%s); moved to %s, rebuilt from stored results",
-             dedup_path_.c_str(), loaded.error().detail.c_str(), aside.c_str());
-    dedup_.emplace(cfg_.dedup_max, max_age);
-    const std::uint64_t now = now_unix_ms();
-    for (const auto& id : results_->ids()) dedup_->insert(id, now);
-    if (auto ok = dedup_->save(dedup_path_); !ok)
+             dedup_path.c_str(), loaded.error().detail.c_str(), aside.c_str());
+    DedupWindow rebuilt(cfg_.dedup_max, max_age);
+    // They finished (their results are here); which process accepted them is lost.
+    for (const auto& id : results_->ids()) {
+      rebuilt.insert(id, mono);
+      rebuilt.mark_finished(id);
+    }
+    ledger_ = std::make_unique<CommandLedger>(std::move(rebuilt), dedup_path, boot_id_);
+    if (auto ok = ledger_->save(); !ok)
       return make_error(Errc::io, config_origin(cfg_, "state-dir") + ": " + ok.error().detail);
   }
+  report_interrupted();
 
   std::vector<std::string> warnings;
   auto reg = build_registry(cfg_, &warnings);
@@ -307,7 +314,7 @@ Expected<void> Agent::init() {
   std::string kinds;
   for (const auto& k : *allowed) kinds += (kinds.empty() ? "" : ",") + k;
   FL_INFO("fleetlink-agent %s rig=%s boot_id=%s kinds=%s state_dir=%s dedup=%zu spooled=%zu", kVersion,
-          cfg_.rig_id.c_str(), boot_id_.c_str(), kinds.c_str(), state_dir_.c_str(), dedup_->size(),
+          cfg_.rig_id.c_str(), boot_id_.c_str(), kinds.c_str(), state_dir_.c_str(), ledger_->window().size(),
           spool_->size());
   return {};
 }
@@ -323,12 +330,48 @@ int Agent::run() {
     o.exit_code = -1;
     o.detail = "the agent stopped before the command finished";
     msg::Result r = make_result(cmd_id, std::move(o), run.started_ms, now_unix_ms(), 0);
-    if (auto ok = results_->put(r); !ok)
-      FL_WARN("result of cmd=%s not stored: %s", cmd_id.c_str(), ok.error().detail.c_str());
+    store_result(r);
+    ledger_->finished(cmd_id);
     spool(r);
   }
+  const bool any = !running_.empty();
   running_.clear();
+  if (any) {
+    if (auto ok = ledger_->save(); !ok)
+      FL_WARN("dedup window not saved at stop: %s", ok.error().detail.c_str());
+  }
   return rc;
+}
+
+void Agent::store_result(const msg::Result& r) {
+  std::vector<std::string> dropped;
+  if (auto ok = results_->put(r, &dropped); !ok)
+    FL_WARN("result of cmd=%s not stored for replays: %s", r.cmd_id.c_str(), ok.error().detail.c_str());
+  if (!dropped.empty()) ledger_->results_dropped(dropped);
+}
+
+void Agent::report_interrupted() {
+  std::set<std::string, std::less<>> spooled;
+  for (const auto& [id, r] : spool_->pending()) spooled.insert(r.cmd_id);
+  const auto found = interrupted_entries(
+      ledger_->window().entries(ledger_->now()), boot_id_,
+      [&](std::string_view id) { return spooled.contains(id) || results_->get(id).has_value(); },
+      kInterruptedReportWindow);
+  if (found.empty()) return;
+  const std::uint64_t now = now_unix_ms();
+  for (const auto& e : found) {
+    const msg::Result r = interrupted_result(e, boot_id_, now);
+    FL_WARN("cmd=%s interrupted: accepted by boot_id=%s (monotonic age %" PRIu64
+            " ms), which ended before it finished; reporting it failed",
+            e.cmd_id.c_str(), e.boot_id.empty() ? "unknown" : e.boot_id.c_str(), e.age_ms);
+    // Stored first: a redelivery or a restart from here on answers the same.
+    store_result(r);
+    ledger_->finished(e.cmd_id);
+    spool(r);
+  }
+  if (auto ok = ledger_->save(); !ok)
+    FL_WARN("dedup window not saved after reporting %zu interrupted commands: %s", found.size(),
+            ok.error().detail.c_str());
 }
 
 void Agent::stop() {
@@ -358,10 +401,7 @@ void Agent::on_unsent(std::vector<Message> unsent) {
   // Output chunks still queued when the connection ended were never delivered:
   // they are dropped bytes of their command, not silently gone.
   for (auto& r : unsent_output_.absorb(std::move(unsent))) {
-    if (r.truncated) {
-      if (auto ok = results_->put(r); !ok)
-        FL_WARN("result of cmd=%s not stored for replays: %s", r.cmd_id.c_str(), ok.error().detail.c_str());
-    }
+    if (r.truncated) store_result(r);
     spool(r);
   }
   // Commands still running take theirs when their RESULT is made (command_finished);
@@ -376,8 +416,7 @@ void Agent::on_unsent(std::vector<Message> unsent) {
       add_dropped(r, n);
       spool_->remove(spool_id);
       spool(r);
-      if (auto ok = results_->put(r); !ok)
-        FL_WARN("result of cmd=%s not stored for replays: %s", r.cmd_id.c_str(), ok.error().detail.c_str());
+      store_result(r);
       charged = true;
       break;
     }
@@ -439,8 +478,7 @@ void Agent::deliver(const msg::Result& r) {
 }
 
 void Agent::on_command(const msg::Command& c) {
-  const std::uint64_t now = now_unix_ms();
-  AdmissionDecision d = admission_->decide(c, *dedup_, now);
+  AdmissionDecision d = admission_->decide(c, ledger_->window(), ledger_->now());
   switch (d.action) {
     case Admission::ignore:
       FL_WARN("command ignored seq=%" PRIu64 " cmd=%s: %s", c.seq, c.cmd_id.c_str(), d.why.c_str());
@@ -450,18 +488,50 @@ void Agent::on_command(const msg::Command& c) {
       return;
     case Admission::duplicate: {
       session_->send(Message{d.ack});
-      auto stored = results_->get(c.cmd_id);
-      const char* fate = stored                         ? " (replaying its result)"
-                         : running_.contains(c.cmd_id) ? " (still running)"
-                                                       : " (result no longer kept)";
-      FL_INFO("ack seq=%" PRIu64 " cmd=%s duplicate=true%s", c.seq, c.cmd_id.c_str(), fate);
-      if (stored) deliver(*stored);
+      Recall what = answer_again(c.cmd_id);
+      if (what == Recall::never_seen) {
+        // Expired between admission and now: it was in the window, so it ran.
+        deliver(forgotten_result(DedupWindow::Entry{c.cmd_id, 0, {}, DedupWindow::State::finished}));
+        what = Recall::forgotten;
+      }
+      const char* fate = what == Recall::running       ? "still running: its result follows when it finishes"
+                         : what == Recall::stored      ? "replaying its result"
+                         : what == Recall::interrupted ? "interrupted: reporting it failed"
+                                                       : "result no longer kept: answered duplicate";
+      FL_INFO("ack seq=%" PRIu64 " cmd=%s duplicate=true (%s)", c.seq, c.cmd_id.c_str(), fate);
       return;
     }
     case Admission::run:
-      start_command(c, now);
+      start_command(c);
       return;
   }
+}
+
+Recall Agent::answer_again(const std::string& cmd_id) {
+  const auto entry = ledger_->find(cmd_id);
+  const auto stored = results_->get(cmd_id);
+  const Recall what = recall(entry, stored.has_value(), running_.contains(cmd_id));
+  switch (what) {
+    case Recall::running:
+    case Recall::never_seen:
+      break;
+    case Recall::stored:
+      deliver(*stored);
+      break;
+    case Recall::interrupted: {
+      // Accepted by a process that is gone (one older than the start-up report
+      // looks back, or whose report was since dropped from the result store).
+      const msg::Result r = interrupted_result(*entry, boot_id_, now_unix_ms());
+      store_result(r);
+      ledger_->finished(cmd_id);
+      deliver(r);
+      break;
+    }
+    case Recall::forgotten:
+      deliver(forgotten_result(*entry));
+      break;
+  }
+  return what;
 }
 
 void Agent::send_refusal(const AdmissionDecision& d, std::uint64_t seq, std::string_view kind) {
@@ -487,23 +557,19 @@ void Agent::on_malformed_command(const CommandPeek& peek, std::string_view why) 
   send_refusal(d, peek.seq.value_or(0), "?");
 }
 
-void Agent::start_command(const msg::Command& c, std::uint64_t now) {
+void Agent::start_command(const msg::Command& c) {
   // Record the cmd_id durably before anything is acknowledged or run: whatever
-  // happens next (crash, reboot), this command must never run a second time.
-  dedup_->insert(c.cmd_id, now);
-  auto saved = dedup_->save(dedup_path_);
-  if (!saved) {
-    FL_ERROR("cannot persist dedup window %s: %s", dedup_path_.c_str(), saved.error().detail.c_str());
-    if (c.kind == "reboot") {
-      session_->send(Message{msg::Ack{c.seq, c.cmd_id, false}});
-      Outcome o;
-      o.status = msg::Status::failed;
-      o.exit_code = 1;
-      o.detail = "not rebooting: cannot record cmd_id durably: " + saved.error().detail;
-      command_finished(c.cmd_id, std::move(o), now, 0);
-      return;
-    }
+  // happens next (crash, reboot), this command must never run a second time. A
+  // command that cannot be recorded does not run at all (a restart would run it
+  // again): refused, and the next one tries the disk again.
+  if (auto recorded = ledger_->record(c.cmd_id); !recorded) {
+    const msg::Nack nack = state_unwritable_nack(c.seq, c.cmd_id, recorded.error().detail);
+    session_->send(Message{nack});
+    FL_ERROR("nack seq=%" PRIu64 " cmd=%s kind=%s reason=busy: %s", c.seq, c.cmd_id.c_str(), c.kind.c_str(),
+             nack.detail.c_str());
+    return;
   }
+  const std::uint64_t now = now_unix_ms();
   session_->send(Message{msg::Ack{c.seq, c.cmd_id, false}});
   FL_INFO("ack seq=%" PRIu64 " cmd=%s kind=%s", c.seq, c.cmd_id.c_str(), c.kind.c_str());
   Executor* e = registry_->find(c.kind);
@@ -533,15 +599,28 @@ void Agent::command_finished(const std::string& cmd_id, Outcome outcome, std::ui
   if (stream_end > 0) stream_ends_[cmd_id] = stream_end;
   stream_dropped += unsent_output_.take(cmd_id);  // its chunks a lost connection never wrote
   msg::Result r = make_result(cmd_id, std::move(outcome), started_ms, now_unix_ms(), stream_dropped);
-  if (auto ok = results_->put(r); !ok)
-    FL_WARN("result of cmd=%s not stored for replays: %s", cmd_id.c_str(), ok.error().detail.c_str());
+  store_result(r);
+  ledger_->finished(cmd_id);
   deliver(r);
 }
 
 void Agent::on_cancel(const msg::Cancel& c) {
   auto it = running_.find(c.cmd_id);
   if (it == running_.end() || it->second.executor == nullptr) {
-    FL_INFO("cancel cmd=%s: not running", c.cmd_id.c_str());
+    // Not running here: answer with what the record says, so the broker never
+    // waits for a RESULT that cannot come (PROTOCOL.md 3.9).
+    const Recall what = answer_again(c.cmd_id);
+    if (what == Recall::never_seen) {
+      // Recorded as finished first: the command itself may still arrive (a
+      // CANCEL overtakes a queued COMMAND) and must then not run.
+      const msg::Result r = never_received_result(c.cmd_id, now_unix_ms());
+      if (auto ok = ledger_->record(c.cmd_id, DedupWindow::State::finished); !ok)
+        FL_WARN("cancel cmd=%s: not recorded (%s): delivered later, it would run", c.cmd_id.c_str(),
+                ok.error().detail.c_str());
+      store_result(r);
+      deliver(r);
+    }
+    FL_INFO("cancel cmd=%s: not running (%s): answered with its result", c.cmd_id.c_str(), to_string(what));
     return;
   }
   FL_INFO("cancel cmd=%s", c.cmd_id.c_str());

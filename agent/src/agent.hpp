@@ -1,7 +1,8 @@
 #pragma once
 // The agent core: one ClientSession to the broker, command admission (seq,
 // allow list, dedup), the executors, and the durable state under --state-dir:
-//   dedup-window      cmd_ids already run (fsync'd before each ACK)
+//   dedup-window      cmd_ids accepted, with the accepting boot_id and whether they
+//                     finished (fsync'd before each ACK: CommandLedger)
 //   results/          the last RESULTs by cmd_id, replayed for redelivered commands
 //   spool/            RESULTs finished while disconnected, sent after the next WELCOME
 // Everything here runs on the session's loop thread; executors report from their
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "admission.hpp"
+#include "command_ledger.hpp"
 #include "config.hpp"
 #include "executor_registry.hpp"
 #include "fleetlink/client_session.hpp"
@@ -64,21 +66,28 @@ class Agent {
   void on_malformed_command(const CommandPeek& peek, std::string_view why);
   void send_refusal(const AdmissionDecision& d, std::uint64_t seq, std::string_view kind);
   void on_cancel(const msg::Cancel& c);
+  // A cmd_id asked about again (redelivered, or cancelled while not running here):
+  // sends what the record says and returns what that was (nothing for running and
+  // never_seen: the caller decides).
+  Recall answer_again(const std::string& cmd_id);
+  // At start: RESULTs for what earlier processes accepted and never finished.
+  void report_interrupted();
+  // Into the result store; what it drops is told to the ledger.
+  void store_result(const msg::Result& r);
   void on_disconnected(std::uint16_t code, std::string_view reason);
   void on_unsent(std::vector<Message> unsent);
   void deliver(const msg::Result& r);
   bool send_stream_end(const std::string& cmd_id);
   void spool(const msg::Result& r);
   void flush_spool();
-  void start_command(const msg::Command& c, std::uint64_t now_ms);
+  void start_command(const msg::Command& c);
 
   AgentConfig cfg_;
   std::string boot_id_;
   std::filesystem::path state_dir_;
-  std::filesystem::path dedup_path_;
   std::shared_ptr<ExecutorRegistry> registry_;
   std::unique_ptr<CommandAdmission> admission_;
-  std::optional<DedupWindow> dedup_;
+  std::unique_ptr<CommandLedger> ledger_;
   std::unique_ptr<ResultStore> results_;
   std::unique_ptr<Spool> spool_;
   std::unique_ptr<ClientSession> session_;

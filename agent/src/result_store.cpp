@@ -125,11 +125,12 @@ Expected<void> ResultStore::load() {
   return {};
 }
 
-Expected<void> ResultStore::put(const msg::Result& r) {
+Expected<void> ResultStore::put(const msg::Result& r, std::vector<std::string>* dropped) {
   if (by_id_.find(r.cmd_id) == by_id_.end()) order_.push_back(r.cmd_id);
   by_id_[r.cmd_id] = r;
   std::error_code ec;
   while (order_.size() > max_) {
+    if (dropped) dropped->push_back(order_.front());
     if (safe_file_stem(order_.front())) fs::remove(dir_ / (order_.front() + ".result"), ec);
     by_id_.erase(order_.front());
     order_.pop_front();

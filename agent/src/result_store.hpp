@@ -30,7 +30,8 @@ class ResultStore {
   ResultStore(std::filesystem::path dir, std::size_t max_results);
   // Creates the directory and reads what is there (corrupt files are removed).
   Expected<void> load();
-  Expected<void> put(const msg::Result& r);
+  // dropped: the cmd_ids whose results were removed to stay within the bound.
+  Expected<void> put(const msg::Result& r, std::vector<std::string>* dropped = nullptr);
   std::optional<msg::Result> get(std::string_view cmd_id) const;
   std::size_t size() const noexcept { return order_.size(); }
   // cmd_ids held, oldest first.

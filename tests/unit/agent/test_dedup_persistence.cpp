@@ -16,13 +16,13 @@ TEST_CASE("a cmd_id recorded and saved is known after a reload (a restart)") {
   fs::create_directories(dir);
   const fs::path file = dir / "dedup-window";
   {
-    auto w = DedupWindow::load(file, 100, std::chrono::hours(168));
+    auto w = DedupWindow::load(file, 100, std::chrono::hours(168), 1000);
     REQUIRE(w);
     CHECK(w->size() == 0);
     CHECK(w->insert("0192f3a4-7b1c-7def-8abc-0123456789ab", 1000));
-    REQUIRE(w->save(file));
+    REQUIRE(w->save(file, 1000));
   }
-  auto again = DedupWindow::load(file, 100, std::chrono::hours(168));
+  auto again = DedupWindow::load(file, 100, std::chrono::hours(168), 2000);
   REQUIRE(again);
   CHECK(again->contains("0192f3a4-7b1c-7def-8abc-0123456789ab", 2000));
   // A torn file is an error, not an empty window.
@@ -30,6 +30,6 @@ TEST_CASE("a cmd_id recorded and saved is known after a reload (a restart)") {
     std::ofstream out(file, std::ios::trunc);
     out << "fleetlink-dedup 1\n1000 abc\n";
   }
-  CHECK_FALSE(DedupWindow::load(file, 100, std::chrono::hours(168)));
+  CHECK_FALSE(DedupWindow::load(file, 100, std::chrono::hours(168), 0));
   fs::remove_all(dir);
 }
