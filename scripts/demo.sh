@@ -33,7 +33,7 @@ packaging/fleetlink-lab-ca rig "$work/ca" "${rigs[@]}" >/dev/null
 echo "== broker on wss://127.0.0.1:$port/agent, control API on http://127.0.0.1:$control_port"
 "$build/broker/fleetlink-broker" --listen "127.0.0.1:$port" --control "127.0.0.1:$control_port" \
   --cert "$work/ca/broker.crt" --key "$work/ca/broker.key" --ca "$work/ca/ca.crt" \
-  --broker-id demo-broker >"$work/broker.log" 2>&1 &
+  --broker-id demo-broker --state-dir "$work/broker-state" >"$work/broker.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do grep -q "fleetlink-broker ready" "$work/broker.log" && break; sleep 0.1; done
 grep -q "fleetlink-broker ready" "$work/broker.log" || { cat "$work/broker.log"; exit 1; }

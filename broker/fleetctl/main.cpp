@@ -150,30 +150,28 @@ int cmd_rig(ControlClient& c, const Globals& g, const std::string& rig) {
 int finished_command_exit(const json& cmd) {
   const std::string state = field_text(cmd, "state");
   const std::string id = field_text(cmd, "cmd_id");
-  if (state == "nacked") {
+  if (state == "succeeded") return kOk;
+  if (state == "rejected" && cmd.value("nack", json()).is_object()) {
     const json& nack = cmd.at("nack");
-    return fail(kFailed, "command " + id + " was refused by the rig (nack " +
-                             field_text(nack, "reason") + "): " + field_text(nack, "detail"));
+    return fail(kFailed, "command " + id + " was refused by the rig (nack " + field_text(nack, "reason") +
+                             "): " + field_text(nack, "detail"));
   }
-  if (state == "lost") {
-    return fail(kFailed, "command " + id +
-                             " was lost: the connection ended before the rig acknowledged it "
-                             "(not retransmitted; check the rig and send again)");
-  }
+  std::string message = "command " + id + " " + state;
   const json result = cmd.value("result", json());
-  if (!result.is_object()) return kOk;
-  const std::string status = field_text(result, "status");
-  if (status == "ok" || status == "scheduled") return kOk;
-  std::string message = "command " + id + " " + status + ": exit code " +
-                        field_text(result, "exit_code");
-  if (result.value("signal", 0) != 0) message += ", signal " + field_text(result, "signal");
-  const std::string detail = field_text(result, "detail");
+  if (result.is_object()) {
+    message += ": exit code " + field_text(result, "exit_code");
+    if (result.value("signal", 0) != 0) message += ", signal " + field_text(result, "signal");
+  }
+  const std::string detail = field_text(cmd, "detail");
   if (!detail.empty() && detail != "-") message += ": " + detail;
   return fail(kFailed, message);
 }
 
+// The lifecycle's final states (docs/PROTOCOL.md section 6).
 bool is_final(const std::string& state) {
-  return state == "done" || state == "nacked" || state == "lost";
+  for (const char* s : {"succeeded", "failed", "timed_out", "cancelled", "undeliverable", "rejected", "interrupted"})
+    if (state == s) return true;
+  return false;
 }
 
 // The command's args from --lines and --arg k=v; false (and a message) on a bad --arg.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 namespace fleetctl {
 
@@ -172,9 +173,20 @@ std::string command_summary(const json& cmd) {
   line("args:         ", args.empty() ? "-" : args);
   line("seq:          ", text_of(field(cmd, "seq")));
   line("state:        ", text_of(field(cmd, "state")));
+  const json& why = field(cmd, "detail");
+  if (why.is_string() && !why.get<std::string>().empty()) line("why:          ", text_of(why));
+  // Every step of its life that happened, with its time.
   line("enqueued_at:  ", text_of(field(cmd, "enqueued_at")));
-  line("acked_at:     ", text_of(field(cmd, "acked_at")));
-  line("finished_at:  ", text_of(field(cmd, "finished_at")));
+  for (const char* step : {"sent_at", "acked_at", "running_at", "cancel_requested_at", "finished_at"}) {
+    const json& at = field(cmd, step);
+    if (at.is_string()) line((std::string(step) + ":" + std::string(13 - std::strlen(step), ' ')).c_str(), text_of(at));
+  }
+  if (const json& n = field(cmd, "attempts"); n.is_number() && n.get<int>() > 1)
+    line("attempts:     ", text_of(n) + " (sent on that many connections)");
+  if (const json& by = field(cmd, "deliver_by"); by.is_string() && !field(cmd, "acked_at").is_string())
+    line("deliver_by:   ", text_of(by));
+  if (const json& key = field(cmd, "idempotency_key"); key.is_string()) line("idempotency:  ", text_of(key));
+  if (const json& job = field(cmd, "job_id"); job.is_string()) line("job:          ", text_of(job));
   if (field(cmd, "duplicate") == true) line("duplicate:    ", "yes (the rig had run it before)");
   const json& nack = field(cmd, "nack");
   if (nack.is_object()) {

@@ -9,6 +9,7 @@
 
 #include "app/broker_app.hpp"
 #include "app/config.hpp"
+#include "app/stores.hpp"
 #include "store/embedded_registry.hpp"
 #include "common/log.hpp"
 #include "observe/metrics.hpp"
@@ -43,7 +44,13 @@ int main(int argc, char** argv) {
   BrokerMetrics metrics;
   int exit_code = 0;
   {
-    BrokerApp broker(cfg, &loop, metrics, std::make_unique<EmbeddedRegistry>());
+    auto store = open_command_store(cfg);
+    if (!store) {
+      FL_ERROR("cannot start: command store: %s", store.error().detail.c_str());
+      uv_loop_close(&loop);
+      return 1;
+    }
+    BrokerApp broker(cfg, &loop, metrics, std::make_unique<EmbeddedRegistry>(), std::move(*store));
     auto started = broker.start();
     if (!started) {
       FL_ERROR("cannot start: %s", started.error().detail.c_str());
@@ -63,9 +70,10 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     std::fprintf(stderr, "%s\n", line);
     std::fflush(stderr);
-    FL_INFO("broker id=%s strict=%d ping=%ums pong=%ums missed=%u outbox=%u allocator=%s", cfg.broker_id.c_str(),
-            cfg.strict ? 1 : 0, cfg.ping_interval_ms, cfg.pong_timeout_ms, cfg.max_missed_pongs,
-            cfg.outbox_capacity, allocator_name().c_str());
+    FL_INFO("broker id=%s strict=%d ping=%ums pong=%ums missed=%u outbox=%u store=%s state_dir=%s allocator=%s",
+            cfg.broker_id.c_str(), cfg.strict ? 1 : 0, cfg.ping_interval_ms, cfg.pong_timeout_ms,
+            cfg.max_missed_pongs, cfg.outbox_capacity, cfg.store.c_str(),
+            cfg.store == "none" ? "-" : cfg.state_dir.c_str(), allocator_name().c_str());
     uv_run(&loop, UV_RUN_DEFAULT);
     exit_code = broker.exit_code();
     broker.shutdown();

@@ -187,6 +187,8 @@ class Broker(Process):
             "broker_id": name,
             "log_level": "debug",
             "strict": True,
+            # Never the host's /var/lib: each broker of a test keeps its store in the lab.
+            "state_dir": os.path.join(lab.dir, f"{name}-state"),
         }
         opts.update(options)
         super().__init__(lab, name, [binary("fleetlink-broker"), *_flags(opts), *(args or [])])
@@ -222,16 +224,18 @@ class Broker(Process):
             return resp.status, json.loads(raw)
         return resp.status, raw.decode("utf-8", "replace")
 
-    def rigs(self):
+    def rigs(self, connected_only=True):
+        """The rigs connected here (or every known one, offline included), by id."""
         status, body = self.api("GET", "/v1/rigs")
         assert status == 200, (status, body)
-        return {r["rig_id"]: r for r in body["rigs"]}
+        return {r["rig_id"]: r for r in body["rigs"] if r["connected"] or not connected_only}
 
     def wait_rigs(self, rig_ids, timeout=15.0):
         want = set(rig_ids)
         return wait_for(lambda: want <= set(self.rigs()), timeout, what=f"rigs {sorted(want)}")
 
     def wait_rig_gone(self, rig_id, timeout=15.0):
+        """Not connected here any more (an offline rig stays known)."""
         return wait_for(lambda: rig_id not in self.rigs(), timeout, what=f"{rig_id} gone")
 
     def send(self, rig_id, kind, args=None):
@@ -244,7 +248,9 @@ class Broker(Process):
         assert status == 200, (status, body)
         return body
 
-    def wait_command(self, cmd_id, states=("done", "nacked", "lost"), timeout=15.0):
+    FINAL = ("succeeded", "failed", "timed_out", "cancelled", "undeliverable", "rejected", "interrupted")
+
+    def wait_command(self, cmd_id, states=FINAL, timeout=15.0):
         return wait_for(lambda: (lambda c: c if c["state"] in states else None)(self.command(cmd_id)),
                         timeout, what=f"command {cmd_id} in {states}")
 

@@ -17,7 +17,7 @@ class AgentWithBrokerTest(LabTestCase):
         rig = b.rigs()["rig-a"]
         self.assertIn("dmesg", rig["kinds"])
         cmd = b.run("rig-a", "dmesg", {"lines": 20})
-        self.assertEqual(cmd["state"], "done", cmd)
+        self.assertEqual(cmd["state"], "succeeded", cmd)
         res = cmd["result"]
         if res["status"] == "ok":
             lines = res["output"].splitlines()
@@ -31,12 +31,23 @@ class AgentWithBrokerTest(LabTestCase):
         record = self.lab.path("reboots.log")
         script = write_recorder(self.lab.path("recorder.sh"), record)
         b = self.lab.broker()
-        self.lab.agent("rig-a", b, reboot_command=script, reboot_delay_ms=100)
+        a = self.lab.agent("rig-a", b, reboot_command=script, reboot_delay_ms=100)
         b.wait_rigs(["rig-a"])
-        cmd = b.run("rig-a", "reboot")
+        status, body = b.send("rig-a", "reboot")
+        self.assertEqual(status, 202, body)
+        # Scheduled is not done: the broker waits for the rig to come back with a new boot_id.
+        cmd = b.wait_command(body["cmd_id"], ("running",))
         self.assertEqual(cmd["result"]["status"], "scheduled", cmd)
         wait_for(lambda: os.path.exists(record), 10, what="recorder ran")
         time.sleep(0.3)
+        with open(record) as f:
+            self.assertEqual(len(f.read().splitlines()), 1)
+        self.assertEqual(b.command(body["cmd_id"])["state"], "running")
+        # The "reboot": a new agent process, a new boot_id.
+        a.stop()
+        self.lab.agent("rig-a", b, name="agent-rig-a-2", reboot_command=script, reboot_delay_ms=100)
+        cmd = b.wait_command(body["cmd_id"])
+        self.assertEqual(cmd["state"], "succeeded", cmd)
         with open(record) as f:
             self.assertEqual(len(f.read().splitlines()), 1)
 
@@ -47,7 +58,7 @@ class AgentWithBrokerTest(LabTestCase):
         status, body = b.send("rig-a", "reboot")
         if status == 202:  # the broker may leave the refusal to the agent
             cmd = b.wait_command(body["cmd_id"])
-            self.assertEqual(cmd["state"], "nacked", cmd)
+            self.assertEqual(cmd["state"], "rejected", cmd)
             self.assertEqual(cmd["nack"]["reason"], "not_allowed")
         else:  # or refuse kinds the rig did not announce in HELLO
             self.assertEqual(status, 422, body)
@@ -63,7 +74,7 @@ class AgentWithBrokerTest(LabTestCase):
         b2 = self.lab.broker(name="broker2", listen_port=port, control_port=control)
         b2.wait_rigs(["rig-a"], timeout=20)
         cmd = b2.run("rig-a", "dmesg", {"lines": 3})
-        self.assertEqual(cmd["state"], "done", cmd)
+        self.assertEqual(cmd["state"], "succeeded", cmd)
 
     def test_agent_answers_the_brokers_pings(self):
         b = self.lab.broker(ping_interval_ms=100, pong_timeout_ms=200, max_missed_pongs=2)

@@ -59,7 +59,7 @@ class BrokerDeliveryTest(LabTestCase):
             await ws.send(rc.frame("result", cmd_id=ids[0], status="ok", exit_code=0, signal=0,
                                    output=b"hello\xff", truncated=False, dropped_bytes=0,
                                    started_at_ms=now, finished_at_ms=now, detail=""))
-            c = await asyncio.to_thread(broker.wait_command, ids[0], ("done",))
+            c = await asyncio.to_thread(broker.wait_command, ids[0], ("succeeded",))
             self.assertEqual(c["result"]["exit_code"], 0)
             self.assertTrue(c["result"]["output"].startswith("hello"))
             c2 = await asyncio.to_thread(broker.command, ids[1])
@@ -69,17 +69,18 @@ class BrokerDeliveryTest(LabTestCase):
             self.assertEqual(rig["last_ack_seq"], 2)
             self.assertIsNotNone(rig["last_ack_at"])
             self.assertEqual([u["seq"] for u in rig["unacked_commands"]], [3, 4])
-            # Forced reconnect: 4403, unacked commands are lost (not retransmitted).
+            # Forced reconnect: 4403; the unacknowledged commands wait for the next connection.
             status, body = await asyncio.to_thread(broker.api, "POST", "/v1/rigs/rig-a/reconnect")
             self.assertEqual(status, 200, body)
             self.assertEqual(await rc.wait_closed_code(ws), 4403)
             for cid in ids[2:]:
-                self.assertEqual((await asyncio.to_thread(broker.command, cid))["state"], "lost")
-            self.assertEqual((await asyncio.to_thread(broker.command, ids[0]))["state"], "done")
+                self.assertEqual((await asyncio.to_thread(broker.command, cid))["state"], "sent")
+            self.assertEqual((await asyncio.to_thread(broker.command, ids[0]))["state"], "succeeded")
         asyncio.run(go())
-        self.assertNotIn("rig-a", broker.rigs())
+        self.assertEqual(broker.rigs(connected_only=False)["rig-a"]["state"], "offline")
         status, body = broker.send("rig-a", "dmesg")
-        self.assertEqual(status, 404, body)
+        self.assertEqual(status, 202, body)  # held for the rig
+        self.assertTrue(body["held"], body)
 
     def test_a_result_without_an_ack_settles_the_command_even_after_output(self):
         # A rig that streams OUTPUT and sends its RESULT but never the ACK: the
@@ -99,13 +100,13 @@ class BrokerDeliveryTest(LabTestCase):
             await ws.send(rc.frame("result", cmd_id=cmd_id, status="ok", exit_code=0, signal=0,
                                    output=b"line\n", truncated=False, dropped_bytes=0,
                                    started_at_ms=now, finished_at_ms=now, detail=""))
-            c = await asyncio.to_thread(broker.wait_command, cmd_id, ("done",))
+            c = await asyncio.to_thread(broker.wait_command, cmd_id, ("succeeded",))
             self.assertEqual(c["result"]["status"], "ok")
             status, rig = await asyncio.to_thread(broker.api, "GET", "/v1/rigs/rig-a")
             self.assertEqual(rig["unacked_commands"], [])
             await ws.close()
             await asyncio.to_thread(wait_for, lambda: "rig-a" not in broker.rigs(), 10)
-            self.assertEqual((await asyncio.to_thread(broker.command, cmd_id))["state"], "done")
+            self.assertEqual((await asyncio.to_thread(broker.command, cmd_id))["state"], "succeeded")
         asyncio.run(go())
 
     def test_frozen_rig_does_not_slow_the_others(self):
@@ -133,7 +134,7 @@ class BrokerDeliveryTest(LabTestCase):
                 t0 = time.monotonic()
                 status, body = broker.send("rig-ok", "dmesg", {"lines": 5})
                 self.assertEqual(status, 202, body)
-                broker.wait_command(body["cmd_id"], ("acked", "done"), timeout=5)
+                broker.wait_command(body["cmd_id"], ("acked", "succeeded"), timeout=5)
                 latencies.append(time.monotonic() - t0)
                 # Keep hammering the frozen rig: every attempt is refused at once.
                 status, _ = broker.send("rig-frozen", "dmesg")

@@ -164,13 +164,13 @@ class BrokerDrainTest(LabTestCase):
             self.lab.agent(r, [old, new])
         old.wait_rigs(rigs)
         acked = [old.run(r, "dmesg", {"lines": 3}) for r in rigs]
-        self.assertTrue(all(c["state"] == "done" for c in acked), acked)
+        self.assertTrue(all(c["state"] == "succeeded" for c in acked), acked)
         status, body = old.api("POST", "/v1/admin/drain", {"window_ms": 1500})
         self.assertEqual(status, 202, body)
         self.assertEqual(old.proc.wait(15), 0)
         new.wait_rigs(rigs, timeout=20)
         c = new.run("rig-0", "dmesg", {"lines": 3})
-        self.assertEqual(c["state"], "done")
+        self.assertEqual(c["state"], "succeeded")
 
 
 if __name__ == "__main__":

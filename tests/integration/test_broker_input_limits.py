@@ -59,7 +59,7 @@ class BrokerInputLimitsTest(LabTestCase):
             output = bytes(random.Random(1).choice(b"abcdefgh\n") for _ in range(60000))
             data = result_frame(cmd["cmd_id"], output)
             await ws.send([data[i:i + 777] for i in range(0, len(data), 777)])  # fragmented message
-            c = await asyncio.to_thread(broker.wait_command, body["cmd_id"], ("done",))
+            c = await asyncio.to_thread(broker.wait_command, body["cmd_id"], ("succeeded",))
             self.assertEqual(c["result"]["output"], output.decode())
             await ws.close()
         asyncio.run(go())
@@ -119,7 +119,7 @@ class BrokerInputLimitsTest(LabTestCase):
             for i in range(300):
                 await ws.send(rc.frame("output", cmd_id=cmd["cmd_id"], offset=i * 1000, data=chunk))
             await ws.send(result_frame(cmd["cmd_id"], b"end"))
-            c = await asyncio.to_thread(broker.wait_command, body["cmd_id"], ("done",), 20)
+            c = await asyncio.to_thread(broker.wait_command, body["cmd_id"], ("succeeded",), 20)
             elapsed = time.monotonic() - t0
             self.assertEqual(c["streamed_bytes"], 300 * 1000)
             # 300 frames at 200/s after a burst of 20: paced, so it took over a second.
@@ -158,8 +158,8 @@ class BrokerInputLimitsTest(LabTestCase):
             cmd = await rc.recv_msg(ws)
             await ws.send(rc.frame("ack", seq=cmd["seq"], cmd_id=cmd["cmd_id"], duplicate=False))
             await ws.send(result_frame(cmd["cmd_id"]))
-            c = await asyncio.to_thread(broker.wait_command, body["cmd_id"], ("done",), 5)
-            self.assertEqual(c["state"], "done")
+            c = await asyncio.to_thread(broker.wait_command, body["cmd_id"], ("succeeded",), 5)
+            self.assertEqual(c["state"], "succeeded")
 
         async def fuzz_one(after_hello):
             try:

@@ -41,7 +41,7 @@ class BrokerKeepaliveTest(LabTestCase):
             self.assertEqual(set(broker.rigs()), {"rig-0", "rig-1", "rig-2"})
             for i in range(3):
                 c = broker.run(f"rig-{i}", "dmesg", {"lines": 3}, timeout=5)
-                self.assertEqual(c["state"], "done")
+                self.assertEqual(c["state"], "succeeded")
             self.assertTrue(all(p.alive() for p in others))
         finally:
             frozen.signal(signal.SIGCONT)

@@ -50,7 +50,7 @@ class TestCancel(harness.LabTestCase):
         self.assertIn(f"cancel sent for {cmd_id}", r.stdout)
 
         view = self.broker.wait_command(cmd_id, timeout=15)
-        self.assertEqual(view["state"], "done", view)
+        self.assertEqual(view["state"], "cancelled", view)
         self.assertEqual(view["result"]["status"], "cancelled", view)
         self.assertLess(time.monotonic() - started, 10, "the 60 s sleep was not stopped")
 
@@ -61,7 +61,7 @@ class TestCancel(harness.LabTestCase):
         status, body = self.broker.api("POST", f"/v1/commands/{cmd_id}/cancel")
         self.assertEqual(status, 409, body)
         self.assertEqual(body["error"], "not_running")
-        self.assertEqual(body["state"], "done")
+        self.assertEqual(body["state"], "cancelled")
 
         # The rig is fine afterwards.
         quick = self.broker.run("rig-c", "suite", {"suite": "quick"})
@@ -71,7 +71,13 @@ class TestCancel(harness.LabTestCase):
         cmd_id = self.start_sleeping_suite()
         status, body = self.broker.api("POST", f"/v1/commands/{cmd_id}/cancel")
         self.assertEqual(status, 202, body)
-        self.assertEqual(body, {"cmd_id": cmd_id, "cancel_sent": True})
+        self.assertEqual(body, {"cmd_id": cmd_id, "state": body["state"], "cancel_sent": True})
+        self.assertIn(body["state"], ("acked", "running"))
+        # A second cancel: 409, never a second CANCEL (cancel_pending while the first is
+        # on its way, not_running if the rig already answered it).
+        status, again = self.broker.api("POST", f"/v1/commands/{cmd_id}/cancel")
+        self.assertEqual(status, 409, again)
+        self.assertIn(again["error"], ("cancel_pending", "not_running"), again)
         view = self.broker.wait_command(cmd_id, timeout=15)
         self.assertEqual(view["result"]["status"], "cancelled", view)
 

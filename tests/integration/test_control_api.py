@@ -134,7 +134,7 @@ class TestControlApi(harness.LabTestCase):
         self.assertEqual((status, body["error"]), (422, "unsupported_kind"))
 
         # The broker keeps serving after all of that.
-        self.assertEqual(broker.run("rig-a", "dmesg", {"lines": 1})["state"], "done")
+        self.assertEqual(broker.run("rig-a", "dmesg", {"lines": 1})["state"], "succeeded")
 
     def test_post_can_wait_for_the_ack_or_the_result(self):
         broker = self.lab.broker()
@@ -146,13 +146,13 @@ class TestControlApi(harness.LabTestCase):
         resp = conn.getresponse()
         answer = json.loads(resp.read())
         self.assertEqual(resp.status, 202)
-        self.assertIn(answer["state"], ("acked", "running", "done"))
+        self.assertIn(answer["state"], ("acked", "running", "succeeded"))
         self.assertEqual(set(answer), {"cmd_id", "rig_id", "seq", "state"})
 
         conn.request("POST", "/v1/rigs/rig-a/commands?wait=done", body=body)
         resp = conn.getresponse()
         answer = json.loads(resp.read())
-        self.assertEqual((resp.status, answer["state"]), (202, "done"))
+        self.assertEqual((resp.status, answer["state"]), (202, "succeeded"))
         self.assertEqual(broker.command(answer["cmd_id"])["result"]["status"], "ok")
 
         # A frozen rig: the wait ends at the timeout with the state reached so far.

@@ -130,7 +130,7 @@ class TestControlPipelining(harness.LabTestCase):
 
         # The rig still gets and runs commands.
         view = broker.run("rig-p", "dmesg", {"lines": 2})
-        self.assertEqual(view["state"], "done")
+        self.assertEqual(view["state"], "succeeded")
         self.assertEqual(view["result"]["status"], "ok")
 
     def test_sequential_keep_alive_posts_are_not_refused(self):

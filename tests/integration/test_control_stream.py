@@ -66,10 +66,10 @@ class TestControlStream(harness.LabTestCase):
             self.assertGreaterEqual(queued["seq"], 1)
             self.assertEqual(acked["cmd_id"], queued["cmd_id"])
             self.assertEqual(done["cmd_id"], queued["cmd_id"])
-            self.assertEqual(done["detail"], "ok")
+            self.assertEqual(done["detail"], "succeeded")
             # The same command, as the HTTP API sees it.
             status, cmd = broker.api("GET", f"/v1/commands/{queued['cmd_id']}")
-            self.assertEqual((status, cmd["state"]), (200, "done"))
+            self.assertEqual((status, cmd["state"]), (200, "succeeded"))
         self.assertEqual([l["op"] for l in by_ref(lines, "a2")][:2], ["queued", "acked"])
         self.assertNotIn("done", [l["op"] for l in by_ref(lines, "a2")])
 

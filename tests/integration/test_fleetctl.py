@@ -61,7 +61,7 @@ class TestFleetctlBasics(FleetctlCase):
         self.assertIn("cmd_id", r.stderr)
         cmd_id = r.stderr.split("cmd_id ")[1].split()[0]
         cmd = self.broker.command(cmd_id)
-        self.assertEqual(cmd["state"], "done")
+        self.assertEqual(cmd["state"], "succeeded")
         self.assertEqual(cmd["rig_id"], "rig-a")
         self.assertEqual(cmd["args"], {"lines": "5"})
         self.assertEqual(r.stdout, cmd["result"]["output"])
@@ -69,7 +69,7 @@ class TestFleetctlBasics(FleetctlCase):
 
         s = self.fleetctl("status", cmd_id)
         self.assertEqual(s.returncode, 0, s.stderr)
-        self.assertRegex(s.stdout, r"state:\s+done")
+        self.assertRegex(s.stdout, r"state:\s+succeeded")
         self.assertRegex(s.stdout, r"status:\s+ok")
 
         # Without --wait: only the cmd_id, at once.

@@ -447,7 +447,7 @@ class DebianPackages(unittest.TestCase):
                 "listen": "127.0.0.1:0", "control": "127.0.0.1:0", "plain-listen": "127.0.0.1:0",
                 "cert": lab.certs.broker_cert, "key": lab.certs.broker_key, "ca": lab.certs.ca,
                 "control-token": "unused-when-the-file-is-given", "control-token-file": token,
-                "broker-id": "pkg-test"})
+                "broker-id": "pkg-test", "state-dir": lab.path("broker-state")})
             p = lab.process("packaged-broker", [prog, "--config", conf], env=self.env)
             p.wait_log(harness.Broker.READY, timeout=15)
             self.assertEqual(p.stop(timeout=20), 0, p.log()[-3000:])

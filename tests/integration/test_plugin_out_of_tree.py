@@ -202,7 +202,7 @@ class PluginAgentTest(harness.LabTestCase):
         self.assertEqual(int(m.group(1)), int(m.group(2)) + 1)
 
         cmd = broker.run("rig-plug", "hello", {"name": "world", "n": 3})
-        self.assertEqual(cmd["state"], "done", cmd)
+        self.assertEqual(cmd["state"], "succeeded", cmd)
         res = cmd["result"]
         self.assertEqual(res["status"], "ok", res)
         self.assertEqual(res["output"],

@@ -124,7 +124,7 @@ class TlsResumption(LabTestCase):
         broker = self.lab.broker(name="broker-2", listen_port=port, tls_ticket_key_file=key_file)
         broker.wait_rigs(["rig-a"], timeout=20)
         agent.wait_log(r"tls session resumed with 127\.0\.0\.1:%d" % port, start=mark)
-        self.assertEqual(broker.run("rig-a", "dmesg", {"lines": "5"})["state"], "done")
+        self.assertEqual(broker.run("rig-a", "dmesg", {"lines": "5"})["state"], "succeeded")
 
     def test_a_restarted_agent_resumes_unless_its_certificate_changed(self):
         key_file = self.lab.path("ticket.key")
@@ -149,7 +149,7 @@ class TlsResumption(LabTestCase):
         self.lab_agent = agent
         again = restart("agent-rig-a-2")
         again.wait_log(r"tls session resumed with 127\.0\.0\.1:%d" % port)
-        self.assertEqual(broker.run("rig-a", "dmesg", {"lines": "5"})["state"], "done")
+        self.assertEqual(broker.run("rig-a", "dmesg", {"lines": "5"})["state"], "succeeded")
 
         # A rig whose certificate was replaced does not offer a session of the old one.
         crt, key = self.lab.certs.rig("rig-a")
@@ -159,7 +159,7 @@ class TlsResumption(LabTestCase):
         third = restart("agent-rig-a-3")
         third.wait_log(r"tls full handshake with 127\.0\.0\.1:%d" % port)
         self.assertNotRegex(third.log(), r"tls session resumed")
-        self.assertEqual(broker.run("rig-a", "dmesg", {"lines": "5"})["state"], "done")
+        self.assertEqual(broker.run("rig-a", "dmesg", {"lines": "5"})["state"], "succeeded")
 
     def test_a_long_lived_connection_gets_a_fresh_ticket(self):
         # Lifetime 60 s: the ticket from the handshake is due for renewal after 30 s, and
@@ -201,7 +201,8 @@ class TlsResumption(LabTestCase):
         proc = self.lab.process("broker-bad", [
             binary("fleetlink-broker"), "--listen", "127.0.0.1:0", "--control", "127.0.0.1:0",
             "--cert", self.lab.certs.broker_cert, "--key", self.lab.certs.broker_key,
-            "--ca", self.lab.certs.ca, "--tls-ticket-key-file", key_file])
+            "--ca", self.lab.certs.ca, "--tls-ticket-key-file", key_file,
+            "--state-dir", self.lab.path("broker-bad-state")])
         wait_for(lambda: not proc.alive(), 10, what="broker exits")
         self.assertNotEqual(proc.proc.returncode, 0)
         self.assertIn("chmod 600", proc.log())

@@ -17,7 +17,7 @@ class WalkingSkeletonTest(LabTestCase):
             cmd = broker.wait_command(body["cmd_id"])
             self.assertEqual(cmd["cmd_id"], body["cmd_id"])
             self.assertEqual(cmd["rig_id"], rig)
-            self.assertEqual(cmd["state"], "done", cmd)
+            self.assertEqual(cmd["state"], "succeeded", cmd)
             self.assertEqual(cmd["result"]["status"], "ok", cmd)
             lines = cmd["result"]["output"].splitlines()
             self.assertTrue(0 < len(lines) <= 50, cmd["result"])

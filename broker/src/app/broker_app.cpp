@@ -20,6 +20,7 @@ namespace {
 const lws_retry_bo_t g_no_lws_validity = {};
 
 constexpr std::uint64_t kResumeCheckMs = 20;  // paused rigs' buckets are looked at this often
+constexpr std::uint64_t kPruneEveryMs = 60'000;
 
 FleetSettings fleet_settings(const BrokerConfig& cfg) {
   FleetSettings s;
@@ -35,6 +36,9 @@ FleetSettings fleet_settings(const BrokerConfig& cfg) {
   s.drain_deadline_ms = cfg.effective_drain_deadline_ms();
   s.command_history = cfg.command_history;
   s.strictness = cfg.strict ? Strictness::strict : Strictness::lenient;
+  s.store_commit_interval_ms = cfg.store_commit_interval_ms;
+  s.reconcile_grace_ms = cfg.reconcile_grace_ms;
+  s.cancel_grace_ms = cfg.cancel_grace_ms;
   return s;
 }
 
@@ -56,10 +60,10 @@ void close_handle(void* handle) { uv_close(static_cast<uv_handle_t*>(handle), nu
 std::uint64_t LoopClock::wall_ms() const { return log::wall_ms(); }
 
 BrokerApp::BrokerApp(BrokerConfig cfg, uv_loop_t* loop, BrokerMetrics& metrics,
-                     std::unique_ptr<RegistryBackend> registry)
-    : cfg_(std::move(cfg)), loop_(loop), metrics_(metrics), registry_(std::move(registry)), clock_(loop),
-      observer_(metrics, BrokerObserver::Limits{cfg_.rig_rate, cfg_.rig_burst}), rig_(observer_),
-      core_(fleet_settings(cfg_), rig_, observer_, clock_, *registry_, std::random_device{}()),
+                     std::unique_ptr<RegistryBackend> registry, std::unique_ptr<CommandStore> store)
+    : cfg_(std::move(cfg)), loop_(loop), metrics_(metrics), registry_(std::move(registry)), store_(std::move(store)),
+      clock_(loop), observer_(metrics, BrokerObserver::Limits{cfg_.rig_rate, cfg_.rig_burst}), rig_(observer_),
+      core_(fleet_settings(cfg_), rig_, observer_, clock_, *registry_, *store_, std::random_device{}()),
       gate_(loop, gate_settings(cfg_), observer_, [this] { return core_.draining(); }) {
   rig_.attach(core_, gate_);
   rig_.on_paused([this] { start_resume_timer(); });
@@ -73,6 +77,10 @@ int BrokerApp::control_port() const noexcept {
 }
 
 Expected<void> BrokerApp::start() {
+  // The record first: commands and rigs the store holds are known before any rig connects.
+  auto jobs = core_.load();
+  if (!jobs) return make_error(jobs.error().code, "command store (" + std::string(store_->name()) + "): " +
+                                                     jobs.error().detail);
   int lws_levels = LLL_ERR | (log::enabled(log::Level::debug) ? LLL_WARN : 0);
   if (const char* env = std::getenv("FLEETLINK_LWS_LOG")) lws_levels = std::atoi(env);  // debugging lws itself
   lws_set_log_level(lws_levels, nullptr);
@@ -167,6 +175,23 @@ void BrokerApp::start_timers_and_signals() {
   const std::uint64_t slice_ms = core_.sweep_interval_ms();
   uv_timer_start(&sweep_timer_, [](uv_timer_t* t) { static_cast<BrokerApp*>(t->data)->core_.sweep(); }, slice_ms,
                  slice_ms);
+  uv_timer_init(loop_, &store_timer_);
+  store_timer_.data = this;
+  uv_timer_start(&store_timer_, [](uv_timer_t* t) { static_cast<BrokerApp*>(t->data)->core_.commit_if_due(); },
+                 cfg_.store_commit_interval_ms, cfg_.store_commit_interval_ms);
+  uv_timer_init(loop_, &prune_timer_);
+  prune_timer_.data = this;
+  uv_timer_start(
+      &prune_timer_,
+      [](uv_timer_t* t) {
+        auto* self = static_cast<BrokerApp*>(t->data);
+        RetentionPolicy policy;
+        policy.max_age_ms = std::uint64_t{self->cfg_.store_retention_days} * 24 * 3600 * 1000;
+        policy.max_commands = self->cfg_.store_max_commands;
+        if (const std::size_t gone = self->store_->prune(policy, self->clock_.wall_ms()); gone > 0)
+          FL_INFO("command store: %zu finished commands and jobs past the retention removed", gone);
+      },
+      kPruneEveryMs, kPruneEveryMs);
   auto on_signal = [](uv_signal_t* s, int signum) {
     auto* self = static_cast<BrokerApp*>(s->data);
     if (self->core_.draining()) {
@@ -216,6 +241,10 @@ void BrokerApp::shutdown() {
     close_handle(&sweep_timer_);
     uv_timer_stop(&resume_timer_);
     close_handle(&resume_timer_);
+    uv_timer_stop(&store_timer_);
+    close_handle(&store_timer_);
+    uv_timer_stop(&prune_timer_);
+    close_handle(&prune_timer_);
     uv_signal_stop(&sigterm_);
     close_handle(&sigterm_);
     uv_signal_stop(&sigint_);
@@ -229,6 +258,8 @@ void BrokerApp::shutdown() {
     for (int i = 0; i < 16 && uv_run(loop_, UV_RUN_NOWAIT); ++i) {
     }
   }
+  // What the last turns and the closing connections changed (rigs' last_seen).
+  if (store_) core_.flush_store();
   uv_run(loop_, UV_RUN_NOWAIT);
 }
 

@@ -15,6 +15,7 @@
 #include "net/rig_protocol.hpp"
 #include "observe/broker_observer.hpp"
 #include "observe/metrics.hpp"
+#include "store/command_store.hpp"
 #include "store/registry_backend.hpp"
 
 struct lws_context;
@@ -36,12 +37,13 @@ class LoopClock final : public Clock {
 
 class BrokerApp {
  public:
-  BrokerApp(BrokerConfig cfg, uv_loop_t* loop, BrokerMetrics& metrics, std::unique_ptr<RegistryBackend> registry);
+  BrokerApp(BrokerConfig cfg, uv_loop_t* loop, BrokerMetrics& metrics, std::unique_ptr<RegistryBackend> registry,
+            std::unique_ptr<CommandStore> store);
   ~BrokerApp();
   BrokerApp(const BrokerApp&) = delete;
   BrokerApp& operator=(const BrokerApp&) = delete;
 
-  // Creates the lws context, vhosts, listeners, timers and signal handlers.
+  // Loads the store, then creates the lws context, vhosts, listeners, timers and signal handlers.
   Expected<void> start();
   // Tears down (after the loop stopped): closes handles, destroys the context.
   void shutdown();
@@ -62,6 +64,7 @@ class BrokerApp {
   uv_loop_t* loop_;
   BrokerMetrics& metrics_;
   std::unique_ptr<RegistryBackend> registry_;
+  std::unique_ptr<CommandStore> store_;
   LoopClock clock_;
   BrokerObserver observer_;
   net::RigProtocol rig_;
@@ -74,6 +77,8 @@ class BrokerApp {
   lws_vhost* control_vhost_ = nullptr;
   uv_timer_t sweep_timer_{};
   uv_timer_t resume_timer_{};  // runs only while some rig's reading is paused
+  uv_timer_t store_timer_{};   // commits the store's pending steps
+  uv_timer_t prune_timer_{};   // the store's retention
   uv_signal_t sigterm_{};
   uv_signal_t sigint_{};
   bool handles_open_ = false;

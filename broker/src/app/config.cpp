@@ -70,7 +70,23 @@ ParseOutcome parse_command_line(int argc, char** argv) {
   app.add_option("--rig-burst", cfg.rig_burst)->check(CLI::PositiveNumber);
   app.add_option("--drain-window-ms", cfg.drain_window_ms);
   app.add_option("--drain-deadline-ms", cfg.drain_deadline_ms, "default: window + 5000");
-  app.add_option("--command-history", cfg.command_history)->check(CLI::Range(1u, 10000000u));
+  app.add_option("--command-history", cfg.command_history, "finished commands kept in memory")
+      ->check(CLI::Range(1u, 10000000u));
+  app.add_option("--store", cfg.store, "where commands are recorded: sqlite (in --state-dir) or none (memory only)")
+      ->check(CLI::IsMember({"sqlite", "none"}));
+  app.add_option("--state-dir", cfg.state_dir, "the broker's state: commands.db (and the ticket key if so set)");
+  app.add_option("--store-commit-interval-ms", cfg.store_commit_interval_ms,
+                 "steps of commands are committed at least this often (new commands at once)")
+      ->check(CLI::Range(1u, 10000u));
+  app.add_option("--store-retention-days", cfg.store_retention_days, "finished commands and jobs kept this long")
+      ->check(CLI::Range(1u, 3650u));
+  app.add_option("--store-max-commands", cfg.store_max_commands, "at most this many commands kept")
+      ->check(CLI::Range(std::uint64_t{1000}, std::uint64_t{1000000000}));
+  app.add_option("--reconcile-grace-ms", cfg.reconcile_grace_ms,
+                 "a rig back with a new boot_id has this long to report its old boot's commands")
+      ->check(CLI::Range(1u, 3600000u));
+  app.add_option("--cancel-grace-ms", cfg.cancel_grace_ms, "a CANCEL unanswered this long ends the command cancelled")
+      ->check(CLI::Range(1u, 3600000u));
   app.add_flag("--strict", cfg.strict, "unknown message types close 4422 (default: counted, ignored)");
   app.add_option("--log-level", log_level)->check(CLI::IsMember({"debug", "info", "warn", "error"}));
   try {

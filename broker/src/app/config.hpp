@@ -37,7 +37,15 @@ struct BrokerConfig {
   double rig_burst = 400;
   std::uint32_t drain_window_ms = 10000;
   std::uint32_t drain_deadline_ms = 0;   // 0: window + 5000
-  std::uint32_t command_history = 10000;
+  std::uint32_t command_history = 10000;   // finished commands kept in memory (the store keeps more)
+  // The command store (docs/OPERATIONS.md, "The command store").
+  std::string store = "sqlite";                      // sqlite | none
+  std::string state_dir = "/var/lib/fleetlink-broker";
+  std::uint32_t store_commit_interval_ms = 20;
+  std::uint32_t store_retention_days = 30;
+  std::uint64_t store_max_commands = 1'000'000;
+  std::uint32_t reconcile_grace_ms = 30000;
+  std::uint32_t cancel_grace_ms = 30000;
   bool strict = false;
   log::Level log_level = log::Level::info;
 

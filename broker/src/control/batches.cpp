@@ -124,7 +124,12 @@ void BatchTable::dispatch(Fleet& fleet, Batch& batch) {
     const std::size_t i = batch.next_pending;
     BatchRig& r = batch.rigs[i];
     if (r.outcome != BatchRigOutcome::pending) continue;
-    EnqueueOutcome outcome = fleet.enqueue(r.rig_id, batch.kind, batch.args);
+    CommandRequest request;
+    request.rig_id = r.rig_id;
+    request.kind = batch.kind;
+    request.args = batch.args;
+    request.job_id = batch.batch_id;
+    EnqueueOutcome outcome = fleet.enqueue(std::move(request));
     if (const auto* ok = std::get_if<EnqueueOk>(&outcome)) {
       r.cmd_id = ok->cmd_id;
       r.outcome = BatchRigOutcome::dispatched;
@@ -154,18 +159,10 @@ bool BatchTable::command_finished(Fleet& fleet, std::string_view cmd_id) {
   BatchRig& r = batch.rigs[index];
   bool ok = false;
   const bool known = fleet.read_command(r.cmd_id, [&](const CommandView& cmd) {
-    if (cmd.state == CommandState::done && cmd.result) {
-      const msg::Status s = cmd.result->status;
-      ok = s == msg::Status::ok || s == msg::Status::scheduled;
-      if (!ok) {
-        r.error = fleetlink::to_string(s);
-        r.detail = cmd.result->detail;
-      }
-    } else if (cmd.state == CommandState::nacked) {
-      r.error = "nacked";
-      if (cmd.nack) r.detail = std::string(fleetlink::to_string(cmd.nack->reason)) + ": " + cmd.nack->detail;
-    } else {
+    ok = cmd.state == CommandState::succeeded;
+    if (!ok) {
       r.error = to_string(cmd.state);
+      r.detail = cmd.detail;
     }
   });
   if (!known) {

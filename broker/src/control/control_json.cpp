@@ -99,18 +99,21 @@ json rig_json(const RigView& rig, std::uint64_t now_ms, bool with_unacked) {
   json j{
       {"rig_id", rig.rig_id},
       {"state", rig.state},
+      {"connected", rig.connected},
       {"boot_id", rig.boot_id},
       {"agent_version", rig.agent_version},
       {"labels", rig.labels},
       {"kinds", rig.kinds},
       {"peer", rig.peer},
       {"connected_at", time_or_null_if_zero(rig.connected_at_ms)},
+      {"first_seen_at", time_or_null_if_zero(rig.first_seen_ms)},
       {"last_seen_at", time_or_null_if_zero(rig.last_seen_ms)},
       {"last_ack_seq", rig.last_ack_seq},
       {"last_ack_at", iso8601_or_null(rig.last_ack_at_ms)},
       {"outbox_depth", rig.outbox_depth},
       {"outbox_capacity", rig.outbox_capacity},
       {"unacked", rig.unacked.size()},
+      {"held", rig.held},
       {"missed_pongs", rig.missed_pongs},
   };
   // Age of the last ACK as the broker sees it, so clients need not trust their own clock.
@@ -139,12 +142,21 @@ json command_json(const CommandView& cmd) {
       {"rig_id", cmd.rig_id},
       {"kind", cmd.kind},
       {"args", cmd.args},
+      {"idempotency_key", cmd.idempotency_key.empty() ? json(nullptr) : json(cmd.idempotency_key)},
+      {"job_id", cmd.job_id.empty() ? json(nullptr) : json(cmd.job_id)},
       {"seq", cmd.seq},
+      {"attempts", cmd.attempts},
       {"state", to_string(cmd.state)},
+      {"detail", cmd.detail},
       {"enqueued_at", time_or_null_if_zero(cmd.enqueued_at_ms)},
       {"sent_at", iso8601_or_null(cmd.sent_at_ms)},
       {"acked_at", iso8601_or_null(cmd.acked_at_ms)},
+      {"running_at", iso8601_or_null(cmd.running_at_ms)},
       {"finished_at", iso8601_or_null(cmd.finished_at_ms)},
+      {"deliver_by", time_or_null_if_zero(cmd.deliver_by_ms)},
+      {"timeout_s", cmd.timeout_s},
+      {"acked_boot_id", cmd.acked_boot_id.empty() ? json(nullptr) : json(cmd.acked_boot_id)},
+      {"cancel_requested_at", iso8601_or_null(cmd.cancel_requested_at_ms)},
       {"duplicate", cmd.duplicate},
       {"nack", nullptr},
       {"result", nullptr},
@@ -172,19 +184,37 @@ json command_json(const CommandView& cmd) {
 }
 
 json enqueue_ok_json(const EnqueueOk& ok) {
-  return json{{"cmd_id", ok.cmd_id}, {"rig_id", ok.rig_id}, {"seq", ok.seq}, {"state", "queued"}};
+  return json{{"cmd_id", ok.cmd_id},
+              {"rig_id", ok.rig_id},
+              {"seq", ok.seq == 0 ? json(nullptr) : json(ok.seq)},
+              {"state", to_string(ok.state)},
+              {"held", ok.held},
+              {"existing", ok.existing},
+              {"deliver_by", time_or_null_if_zero(ok.deliver_by_ms)}};
 }
 
 std::string enqueue_ok_json_text(const EnqueueOk& ok) {
   std::string out;
-  out.reserve(96 + ok.cmd_id.size() + ok.rig_id.size());
+  out.reserve(160 + ok.cmd_id.size() + ok.rig_id.size());
   out += "{\"cmd_id\":";
   append_json_value(out, ok.cmd_id);
   out += ",\"rig_id\":";
   append_json_value(out, ok.rig_id);
   out += ",\"seq\":";
-  out += std::to_string(ok.seq);
-  out += ",\"state\":\"queued\"}";
+  out += ok.seq == 0 ? std::string("null") : std::to_string(ok.seq);
+  out += ",\"state\":\"";
+  out += to_string(ok.state);
+  out += ok.held ? "\",\"held\":true" : "\",\"held\":false";
+  out += ok.existing ? ",\"existing\":true" : ",\"existing\":false";
+  out += ",\"deliver_by\":";
+  if (ok.deliver_by_ms == 0) {
+    out += "null";
+  } else {
+    out += '"';
+    out += iso8601_utc_ms(ok.deliver_by_ms);
+    out += '"';
+  }
+  out += '}';
   return out;
 }
 
@@ -195,6 +225,8 @@ int enqueue_failure_status(EnqueueError e) noexcept {
     case EnqueueError::unsupported_kind: return 422;
     case EnqueueError::draining: return 503;
     case EnqueueError::bad_request: return 400;
+    case EnqueueError::conflict: return 409;
+    case EnqueueError::store_unavailable: return 503;
   }
   return 500;
 }
@@ -212,6 +244,8 @@ json enqueue_failure_json(const EnqueueFailure& f) {
                                                                  : f.suggested_action}};
   }
   if (f.error == EnqueueError::bad_request) return error_body(code, f.detail);
+  if (f.error == EnqueueError::conflict)
+    return json{{"error", code}, {"rig_id", f.rig_id}, {"cmd_id", f.cmd_id}, {"detail", f.detail}};
   return json{{"error", code}, {"rig_id", f.rig_id}, {"detail", f.detail}};
 }
 

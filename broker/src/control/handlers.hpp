@@ -19,6 +19,7 @@ HttpResponse post_rig_command(const RouteContext& ctx);
 HttpResponse post_rig_reconnect(const RouteContext& ctx);
 
 // routes_commands.cpp: {cmd}
+HttpResponse get_commands(const RouteContext& ctx);
 HttpResponse get_command(const RouteContext& ctx);
 HttpResponse post_command_cancel(const RouteContext& ctx);
 

@@ -23,6 +23,7 @@ constexpr Route kRoutes[] = {
     {"POST", "/v1/rigs/{rig}/commands", post_rig_command},
     {"POST", "/v1/rigs/{rig}/reconnect", post_rig_reconnect},
 
+    {"GET", "/v1/commands", get_commands},
     {"POST", "/v1/commands", post_batch},
     {"GET", "/v1/batches/{batch}", get_batch},
 

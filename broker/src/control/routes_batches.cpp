@@ -182,10 +182,14 @@ HttpResponse post_batch(const RouteContext& ctx) {
   request.max_concurrency = concurrency.value_or(0);
   std::vector<std::string> rigs = BatchTable::select(ctx.fleet, request.targets);
   if (rigs.empty()) {
-    return json_error(422, "no_matching_rigs", "no live rig matches the targets");
+    return json_error(422, "no_matching_rigs", "no known rig matches the targets");
   }
   const Batch& batch = ctx.options.batches->start(ctx.fleet, std::move(request), std::move(rigs),
                                                   uuid_v7().to_string(), ctx.now_ms);
+  // The record comes first: the job's commands are in the store before the answer.
+  if (Expected<void> kept = ctx.fleet.persist(); !kept)
+    return json_error(503, "store_unavailable",
+                      "the job's commands could not be recorded (" + kept.error().detail + "): none was sent");
   HttpResponse r = batch_response(202, batch, ctx.fleet, with_rigs);
   r.headers.emplace_back("Location", "/v1/batches/" + batch.batch_id);
   return r;

@@ -1,10 +1,12 @@
-// GET /v1/commands/{cmd}, POST /v1/commands/{cmd}/cancel, and the answer of a
-// held POST /v1/rigs/{rig}/commands?wait=... once its wait ends.
+// GET /v1/commands (history), GET /v1/commands/{cmd}, POST /v1/commands/{cmd}/cancel,
+// and the answer of a held POST /v1/rigs/{rig}/commands?wait=... once its wait ends.
+#include <charconv>
 #include <string>
 
 #include "control/control_json.hpp"
 #include "control/handler_support.hpp"
 #include "control/handlers.hpp"
+#include "control/http_util.hpp"
 #include "control/routes.hpp"
 
 namespace fleetlink::broker {
@@ -19,13 +21,47 @@ HttpResponse unknown_command(const std::string& cmd_id) {
                                             "the command history)"}});
 }
 
-bool command_finished(CommandState s) {
-  return s == CommandState::done || s == CommandState::nacked || s == CommandState::lost;
+constexpr std::size_t kMaxListLimit = 1000;
+
+bool parse_count(std::string_view text, std::uint64_t& out) {
+  const auto res = std::from_chars(text.data(), text.data() + text.size(), out);
+  return res.ec == std::errc{} && res.ptr == text.data() + text.size();
 }
 
 }  // namespace
 
 namespace handlers {
+
+// ?rig=&state=&job=&since=<unix ms>&before=<cmd_id>&limit=<n> (default 100, at most 1000), newest first.
+HttpResponse get_commands(const RouteContext& ctx) {
+  const auto q = parse_query(ctx.request.query);
+  CommandQuery query;
+  if (const auto it = q.find("rig"); it != q.end()) query.rig_id = it->second;
+  if (const auto it = q.find("job"); it != q.end()) query.job_id = it->second;
+  if (const auto it = q.find("before"); it != q.end()) query.before_cmd_id = it->second;
+  if (const auto it = q.find("state"); it != q.end()) {
+    query.state = command_state_from_string(it->second);
+    if (!query.state) return json_error(400, "bad_request", "unknown state '" + it->second.substr(0, 32) + "'");
+  }
+  if (const auto it = q.find("since"); it != q.end() && !parse_count(it->second, query.since_ms))
+    return json_error(400, "bad_request", "\"since\" must be Unix milliseconds");
+  if (const auto it = q.find("limit"); it != q.end()) {
+    std::uint64_t limit = 0;
+    if (!parse_count(it->second, limit) || limit == 0 || limit > kMaxListLimit)
+      return json_error(400, "bad_request", "\"limit\" must be 1.." + std::to_string(kMaxListLimit));
+    query.limit = static_cast<std::size_t>(limit);
+  }
+  json list = json::array();
+  std::string last;
+  for (const CommandView& v : ctx.fleet.list_commands(query)) {
+    json j = command_json(v);
+    j.erase("result");  // the list stays small: GET /v1/commands/{id} has the output
+    list.push_back(std::move(j));
+    last = v.cmd_id;
+  }
+  const bool more = list.size() == query.limit;
+  return json_response(200, json{{"commands", std::move(list)}, {"next_before", more ? json(last) : json(nullptr)}});
+}
 
 HttpResponse get_command(const RouteContext& ctx) {
   const std::string& cmd_id = ctx.params.get("cmd");
@@ -34,33 +70,33 @@ HttpResponse get_command(const RouteContext& ctx) {
   return json_response(200, command_json(*cmd));
 }
 
-// The broker sends CANCEL to the command's rig; the command ends later with the
-// rig's RESULT (status "cancelled" when it was stopped). 202 means the CANCEL is
-// on its way, not that it is done.
+// A command not yet at its rig is cancelled at once (200); otherwise the rig is
+// sent CANCEL (now, or when it next connects) and the command ends with the
+// rig's answer (202: on its way, not done), or cancelled when none comes in time.
 HttpResponse post_command_cancel(const RouteContext& ctx) {
   const std::string& cmd_id = ctx.params.get("cmd");
+  const CancelOutcome outcome = ctx.fleet.cancel(cmd_id);
   const std::optional<CommandView> cmd = ctx.fleet.command(cmd_id);
-  if (!cmd) return unknown_command(cmd_id);
-  if (command_finished(cmd->state)) {
-    return json_response(409, json{{"error", "not_running"},
-                                   {"cmd_id", cmd_id},
-                                   {"state", to_string(cmd->state)},
-                                   {"detail", "the command has already finished"}});
+  switch (outcome) {
+    case CancelOutcome::unknown:
+      return unknown_command(cmd_id);
+    case CancelOutcome::finished:
+      return json_response(409, json{{"error", "not_running"},
+                                     {"cmd_id", cmd_id},
+                                     {"state", cmd ? to_string(cmd->state) : "unknown"},
+                                     {"detail", "the command has already finished"}});
+    case CancelOutcome::pending:
+      return json_response(409, json{{"error", "cancel_pending"},
+                                     {"cmd_id", cmd_id},
+                                     {"detail", "a cancel of this command is already on its way"}});
+    case CancelOutcome::cancelled:
+      return json_response(200, json{{"cmd_id", cmd_id}, {"state", "cancelled"}, {"cancel_sent", false}});
+    case CancelOutcome::requested:
+      break;
   }
-  if (!ctx.fleet.cancel(cmd_id)) {
-    // Still running as far as the broker knows, but no CANCEL could be queued:
-    // its rig is not connected here, or a cancel for it is already pending.
-    const bool connected = ctx.fleet.rig(cmd->rig_id).has_value();
-    return json_response(409, json{{"error", connected ? "cancel_pending" : "rig_not_connected"},
-                                   {"cmd_id", cmd_id},
-                                   {"rig_id", cmd->rig_id},
-                                   {"detail", connected
-                                                  ? "a cancel for this command (or too many "
-                                                    "cancels for its rig) is already pending"
-                                                  : "the command's rig is not connected to "
-                                                    "this broker"}});
-  }
-  return json_response(202, json{{"cmd_id", cmd_id}, {"cancel_sent", true}});
+  return json_response(202, json{{"cmd_id", cmd_id},
+                                 {"state", cmd ? to_string(cmd->state) : "unknown"},
+                                 {"cancel_sent", true}});
 }
 
 }  // namespace handlers

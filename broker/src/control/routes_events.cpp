@@ -23,10 +23,10 @@ HttpResponse get_events(const RouteContext& ctx) {
       const std::string_view name = rest.substr(0, comma);
       const std::optional<EventType> type = event_type_from_string(name);
       if (!type) {
+        std::string known;
+        for (EventType k : all_event_types()) known += (known.empty() ? "" : ", ") + std::string(to_string(k));
         return json_error(400, "bad_request",
-                          "unknown event type '" + std::string(name.substr(0, 64)) +
-                              "' in types (known: rig_connected, rig_disconnected, rig_event, command_acked, "
-                              "command_done, command_nacked, command_lost, drain_started)");
+                          "unknown event type '" + std::string(name.substr(0, 64)) + "' in types (known: " + known + ")");
       }
       r.event_types.add(*type);
       rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);

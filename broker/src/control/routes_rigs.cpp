@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "control/command_request.hpp"
 #include "control/control_json.hpp"
 #include "control/handler_support.hpp"
 #include "control/handlers.hpp"
@@ -22,7 +23,13 @@ constexpr std::uint64_t kMaxHoldMs = 300'000;
 HttpResponse unknown_rig(const std::string& rig_id) {
   return json_response(404, json{{"error", "unknown_rig"},
                                  {"rig_id", rig_id},
-                                 {"detail", "no live connection for rig " + rig_id}});
+                                 {"detail", "rig " + rig_id + " has never connected"}});
+}
+
+HttpResponse not_connected(const std::string& rig_id) {
+  return json_response(404, json{{"error", "rig_not_connected"},
+                                 {"rig_id", rig_id},
+                                 {"detail", "rig " + rig_id + " is not connected to this broker"}});
 }
 
 // GET /v1/rigs?state=unresponsive&rig=rig-04*&label=lab=b2
@@ -102,22 +109,21 @@ HttpResponse post_rig_command(const RouteContext& ctx) {
   HttpResponse error;
   const std::optional<json> body = parse_object_body(ctx.request, false, error);
   if (!body) return error;
-  std::string kind = string_field(*body, "kind");
-  if (kind.empty()) {
-    return json_error(400, "bad_request", "\"kind\" is required and must be a non-empty string");
-  }
-  StringMap args;
-  std::string detail;
-  const auto args_it = body->find("args");
-  if (args_it != body->end() && !json_to_string_map(*args_it, args, detail)) {
-    return json_error(400, "bad_request", detail);
-  }
+  CommandRequest request;
+  request.rig_id = rig_id;
+  if (auto bad = read_command_request(*body, request)) return json_error(400, "bad_request", *bad);
   std::optional<HeldCommand> hold;
   if (!parse_hold(ctx.request, hold, error)) return error;
-  EnqueueOutcome outcome = ctx.fleet.enqueue(rig_id, std::move(kind), std::move(args));
+  EnqueueOutcome outcome = ctx.fleet.enqueue(std::move(request));
   if (const auto* ok = std::get_if<EnqueueOk>(&outcome)) {
+    // The record comes first: nothing is promised before the store has it.
+    if (!ok->existing) {
+      if (Expected<void> kept = ctx.fleet.persist(); !kept)
+        return json_error(503, "store_unavailable",
+                          "the command could not be recorded (" + kept.error().detail + "): it was not sent");
+    }
     HttpResponse r;
-    r.status = 202;
+    r.status = ok->existing ? 200 : 202;  // 200: the command this request names exists already
     r.body = enqueue_ok_json_text(*ok);
     if (hold && hold->timeout_ms > 0) {
       hold->cmd_id = ok->cmd_id;
@@ -135,7 +141,7 @@ HttpResponse post_rig_command(const RouteContext& ctx) {
 
 HttpResponse post_rig_reconnect(const RouteContext& ctx) {
   const std::string& rig_id = ctx.params.get("rig");
-  if (!ctx.fleet.force_reconnect(rig_id)) return unknown_rig(rig_id);
+  if (!ctx.fleet.force_reconnect(rig_id)) return ctx.fleet.rig(rig_id) ? not_connected(rig_id) : unknown_rig(rig_id);
   return json_response(200, json{{"rig_id", rig_id}, {"closed", true}});
 }
 

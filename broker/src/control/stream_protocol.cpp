@@ -2,13 +2,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "control/command_request.hpp"
 #include "control/control_json.hpp"
 
 namespace fleetlink::broker::stream {
 
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 LineError bad_request(std::string ref, std::string detail) {
   return LineError{std::move(ref), "bad_request", std::move(detail)};
@@ -47,24 +48,8 @@ Request parse_line(std::string_view line) {
   if (rig == j.end() || !rig->is_string() || rig->get_ref<const std::string&>().empty()) {
     return bad_request(ref, "\"rig_id\" is required and must be a non-empty string");
   }
-  s.rig_id = rig->get<std::string>();
-  const auto kind = j.find("kind");
-  if (kind == j.end() || !kind->is_string() || kind->get_ref<const std::string&>().empty()) {
-    return bad_request(ref, "\"kind\" is required and must be a non-empty string");
-  }
-  s.kind = kind->get<std::string>();
-  if (const auto args = j.find("args"); args != j.end() && !args->is_null()) {
-    if (!args->is_object()) return bad_request(ref, "\"args\" must be an object of strings");
-    for (const auto& [key, value] : args->items()) {
-      if (value.is_string()) {
-        s.args[key] = value.get<std::string>();
-      } else if (value.is_number() || value.is_boolean()) {
-        s.args[key] = value.dump();
-      } else {
-        return bad_request(ref, "\"args." + key + "\" must be a string");
-      }
-    }
-  }
+  s.request.rig_id = rig->get<std::string>();
+  if (auto bad = read_command_request(j, s.request)) return bad_request(ref, std::move(*bad));
   if (const auto n = j.find("notify"); n != j.end()) {
     if (*n == "acked") {
       s.until_done = false;
@@ -81,7 +66,10 @@ std::string queued_line(std::string_view ref, const EnqueueOk& ok) {
   field(out, "cmd_id", ok.cmd_id);
   field(out, "rig_id", ok.rig_id);
   out += ",\"seq\":";
-  out += std::to_string(ok.seq);
+  out += ok.seq == 0 ? std::string("null") : std::to_string(ok.seq);
+  field(out, "state", to_string(ok.state));
+  if (ok.held) out += ",\"held\":true";
+  if (ok.existing) out += ",\"existing\":true";
   out += "}\n";
   return out;
 }
@@ -120,8 +108,6 @@ std::string_view op_for_event(EventType event_type) noexcept {
   switch (event_type) {
     case EventType::command_acked: return "acked";
     case EventType::command_done: return "done";
-    case EventType::command_nacked: return "nacked";
-    case EventType::command_lost: return "lost";
     default: return {};
   }
 }

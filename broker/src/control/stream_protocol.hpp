@@ -9,16 +9,20 @@
 // Text frames carry lines of JSON, one object per line ('\n'-separated; a frame may
 // hold several lines, a line never spans frames). Requests:
 //   {"op":"send","ref":"r1","rig_id":"rig-0414","kind":"dmesg","args":{"lines":"50"},"notify":"done"}
+//   (and the optional fields of POST /v1/rigs/{rig}/commands: cmd_id, idempotency_key,
+//   deliver_within_s, timeout_s, hold)
 // Answers, on the same stream:
-//   {"op":"queued","ref":"r1","cmd_id":"…","rig_id":"rig-0414","seq":7}
+//   {"op":"queued","ref":"r1","cmd_id":"…","rig_id":"rig-0414","seq":7,"state":"queued"}
+//       (seq null and "held":true for a rig not connected here; "existing":true when
+//       the request named a command that exists: that one)
 //   {"op":"refused","ref":"r1","error":"unknown_rig","detail":"…"}
 //   {"op":"acked","ref":"r1","cmd_id":"…","detail":""}          (detail "duplicate" on a replayed command)
-//   {"op":"done","ref":"r1","cmd_id":"…","detail":"ok"}           (notify "done": the RESULT's status)
-//   {"op":"nacked"|"lost", "ref":…, "cmd_id":…, "detail":…}       (final, whatever notify says)
+//   {"op":"done","ref":"r1","cmd_id":"…","detail":"succeeded"}    (the final state, whatever notify says)
 //   {"op":"error","ref":"r1","error":"bad_request","detail":"…"}   (a line that is not a request)
 // "ref" is the client's own label for the request (at most 64 bytes, echoed back);
 // "notify" is "acked" (stop after the ACK) or "done" (the default: the ACK, then
-// the RESULT). Pure logic here; the WebSocket side is control_net/control_ws.cpp.
+// the final state). A frame's commands are recorded before any of its answers
+// leaves. Pure logic here; the WebSocket side is control_net/control_ws.cpp.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -34,9 +38,7 @@ inline constexpr std::size_t kMaxLineBytes = 64 * 1024;
 
 struct SendRequest {
   std::string ref;
-  std::string rig_id;
-  std::string kind;
-  StringMap args;
+  CommandRequest request;  // rig_id, kind, args, and the optional cmd_id, idempotency_key, deadlines, hold
   bool until_done = true;  // notify "done" (default) or "acked"
 };
 
@@ -55,7 +57,7 @@ Request parse_line(std::string_view line);
 std::string queued_line(std::string_view ref, const EnqueueOk& ok);
 std::string refused_line(std::string_view ref, const EnqueueFailure& failure);
 std::string error_line(const LineError& e);
-// op: "acked", "done", "nacked" or "lost".
+// op: "acked" or "done".
 std::string event_line(std::string_view op, std::string_view ref, std::string_view cmd_id,
                        std::string_view detail);
 

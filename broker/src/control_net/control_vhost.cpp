@@ -55,6 +55,8 @@ void run_batch_pump(lws_sorted_usec_list_t* sul) {
   std::vector<std::string> done;
   done.swap(state->finished_cmds);
   for (const std::string& cmd_id : done) state->batches.command_finished(*state->fleet, cmd_id);
+  // The batches' next commands (sent as others finish) are recorded before they go.
+  (void)state->fleet->persist();
   sync_batch_subscription(state);
 }
 
@@ -63,7 +65,7 @@ void sync_batch_subscription(ControlState* state) {
   if (!state->serving()) return;
   const bool want = state->batches.running() > 0;
   if (want && !state->batch_subscribed) {
-    const EventTypes finals{EventType::command_done, EventType::command_nacked, EventType::command_lost};
+    const EventTypes finals{EventType::command_done};
     state->batch_subscription = state->fleet->events().subscribe(finals, [state](const FleetEvent& event) {
       state->finished_cmds.push_back(event.cmd_id);
       if (!state->pump.scheduled && state->context != nullptr) {

@@ -10,8 +10,11 @@
 
 #include <algorithm>
 #include <new>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
+#include <vector>
 
 #include "control/http_util.hpp"
 #include "control/stream_protocol.hpp"
@@ -46,25 +49,28 @@ void queue_line(StreamSession* s, std::string line) {
   flush_at_end_of_turn(s);
 }
 
-void on_stream_line(StreamSession* s, std::string_view line) {
+// One request line: its answer (or, for a new command, what persist() decides) in `answers`.
+struct LineAnswer {
+  std::string ref;
+  bool until_done = true;
+  std::optional<EnqueueOutcome> outcome;  // unset: `line` is the answer (an error)
+  std::string line;
+};
+
+void on_stream_line(StreamSession* s, std::string_view line, std::vector<LineAnswer>& answers) {
   ControlState* state = s->state;
   stream::Request request = stream::parse_line(line);
   if (auto* e = std::get_if<stream::LineError>(&request)) {
-    queue_line(s, stream::error_line(*e));
+    answers.push_back({{}, true, std::nullopt, stream::error_line(*e)});
     return;
   }
   auto& send = std::get<stream::SendRequest>(request);
   if (!state->serving()) {
-    queue_line(s, stream::error_line({send.ref, "shutting_down", "the broker is shutting down"}));
+    answers.push_back(
+        {{}, true, std::nullopt, stream::error_line({send.ref, "shutting_down", "the broker is shutting down"})});
     return;
   }
-  EnqueueOutcome outcome = state->fleet->enqueue(send.rig_id, std::move(send.kind), std::move(send.args));
-  if (const auto* ok = std::get_if<EnqueueOk>(&outcome)) {
-    queue_line(s, stream::queued_line(send.ref, *ok));
-    s->watched[ok->cmd_id] = StreamSession::Watched{std::move(send.ref), send.until_done};
-  } else {
-    queue_line(s, stream::refused_line(send.ref, std::get<EnqueueFailure>(outcome)));
-  }
+  answers.push_back({std::move(send.ref), send.until_done, state->fleet->enqueue(std::move(send.request)), {}});
 }
 
 // The Fleet's events about this stream's commands, as answer lines.
@@ -80,13 +86,40 @@ void on_stream_event(StreamSession* s, const FleetEvent& event) {
 
 // A frame's lines ('\n'-separated, a '\r' before it dropped), in order, until
 // one of them closes the stream.
+// The frame's commands are recorded together (one commit) before any answer leaves.
 void on_frame(StreamSession* s, std::string_view frame) {
+  std::vector<LineAnswer> answers;
   while (!frame.empty() && !s->closing) {
     const std::size_t nl = frame.find('\n');
     std::string_view line = frame.substr(0, nl);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (!line.empty()) on_stream_line(s, line);
+    if (!line.empty()) on_stream_line(s, line, answers);
     frame = nl == std::string_view::npos ? std::string_view() : frame.substr(nl + 1);
+  }
+  const bool created = std::any_of(answers.begin(), answers.end(), [](const LineAnswer& a) {
+    return a.outcome && std::holds_alternative<EnqueueOk>(*a.outcome) && !std::get<EnqueueOk>(*a.outcome).existing;
+  });
+  Expected<void> kept;
+  if (created && s->state->serving()) kept = s->state->fleet->persist();
+  for (LineAnswer& a : answers) {
+    if (!a.outcome) {
+      queue_line(s, std::move(a.line));
+      continue;
+    }
+    if (const auto* ok = std::get_if<EnqueueOk>(&*a.outcome)) {
+      if (!kept && !ok->existing) {
+        EnqueueFailure f;
+        f.error = EnqueueError::store_unavailable;
+        f.rig_id = ok->rig_id;
+        f.detail = "the command could not be recorded (" + kept.error().detail + "): it was not sent";
+        queue_line(s, stream::refused_line(a.ref, f));
+        continue;
+      }
+      queue_line(s, stream::queued_line(a.ref, *ok));
+      s->watched[ok->cmd_id] = StreamSession::Watched{std::move(a.ref), a.until_done};
+    } else {
+      queue_line(s, stream::refused_line(a.ref, std::get<EnqueueFailure>(*a.outcome)));
+    }
   }
 }
 
@@ -99,8 +132,7 @@ int on_established(lws* wsi, StreamPerSession* pss) {
   s->wsi = wsi;
   pss->session = s;
   state->sessions.insert(s);
-  const EventTypes answers{EventType::command_acked, EventType::command_done, EventType::command_nacked,
-                           EventType::command_lost};
+  const EventTypes answers{EventType::command_acked, EventType::command_done};
   s->subscription = state->fleet->events().subscribe(answers, [s](const FleetEvent& event) { on_stream_event(s, event); });
   s->subscribed = true;
   return 0;

@@ -4,29 +4,58 @@
 
 namespace fleetlink::broker {
 
+namespace {
+const std::vector<CommandView*> kNone;
+}
+
+void CommandTable::index(CommandView& v) {
+  if (!v.idempotency_key.empty()) by_key_[v.idempotency_key] = &v;
+  if (is_final(v.state)) return;
+  auto it = open_.find(std::string_view(v.rig_id));
+  if (it == open_.end()) it = open_.emplace(v.rig_id, std::vector<CommandView*>{}).first;
+  it->second.push_back(&v);
+  ++open_count_;
+}
+
+void CommandTable::unindex_open(const CommandView& v) {
+  const auto it = open_.find(std::string_view(v.rig_id));
+  if (it == open_.end()) return;
+  std::vector<CommandView*>& list = it->second;
+  const auto pos = std::find(list.begin(), list.end(), &v);
+  if (pos == list.end()) return;
+  list.erase(pos);
+  --open_count_;
+  if (list.empty()) open_.erase(it);
+}
+
 CommandView* CommandTable::insert(CommandView view) {
   const std::optional<CmdKey> key = CmdKey::of(view.cmd_id);
   if (!key) return nullptr;
-  const bool done = finished(view.state);
+  if (auto old = by_id_.find(*key); old != by_id_.end()) {
+    unindex_open(old->second);
+    if (!old->second.idempotency_key.empty()) by_key_.erase(old->second.idempotency_key);
+  }
+  const bool final = is_final(view.state);
   auto [it, inserted] = by_id_.insert_or_assign(*key, std::move(view));
   (void)inserted;
-  if (done) {
+  CommandView* placed = &it->second;
+  index(*placed);
+  if (final) {
     finished_.push_back(*key);
     evict();
     return find(key->view());
   }
-  CommandView* placed = &it->second;
   evict();  // erases finished commands only: `placed` stays valid
   return placed;
 }
 
 void CommandTable::finish(CommandView& v, CommandState final_state) {
-  const bool was_finished = finished(v.state);
+  const bool was_final = is_final(v.state);
   v.state = final_state;
+  if (was_final) return;
+  unindex_open(v);
   // No eviction here: the caller still holds v. The next insert() evicts.
-  if (!was_finished) {
-    if (const std::optional<CmdKey> key = CmdKey::of(v.cmd_id)) finished_.push_back(*key);
-  }
+  if (const std::optional<CmdKey> key = CmdKey::of(v.cmd_id)) finished_.push_back(*key);
 }
 
 CommandView* CommandTable::find(std::string_view cmd_id) {
@@ -43,19 +72,41 @@ const CommandView* CommandTable::find(std::string_view cmd_id) const {
   return it == by_id_.end() ? nullptr : &it->second;
 }
 
+CommandView* CommandTable::find_by_key(std::string_view idempotency_key) {
+  const auto it = by_key_.find(idempotency_key);
+  return it == by_key_.end() ? nullptr : it->second;
+}
+
+const std::vector<CommandView*>& CommandTable::open_of(std::string_view rig_id) const {
+  const auto it = open_.find(rig_id);
+  return it == open_.end() ? kNone : it->second;
+}
+
 void CommandTable::erase(std::string_view cmd_id) {
-  if (const std::optional<CmdKey> key = CmdKey::of(cmd_id)) by_id_.erase(*key);
+  const std::optional<CmdKey> key = CmdKey::of(cmd_id);
+  if (!key) return;
+  const auto it = by_id_.find(*key);
+  if (it == by_id_.end()) return;
+  unindex_open(it->second);
+  if (!it->second.idempotency_key.empty()) by_key_.erase(it->second.idempotency_key);
+  by_id_.erase(it);
 }
 
 void CommandTable::evict() {
   // finished_ may name commands already erased or re-inserted in flight: skipped.
   while (by_id_.size() > capacity_ && !finished_.empty()) {
-    auto it = by_id_.find(finished_.front());
-    if (it != by_id_.end() && finished(it->second.state)) by_id_.erase(it);
+    const auto it = by_id_.find(finished_.front());
+    if (it != by_id_.end() && is_final(it->second.state)) {
+      if (!it->second.idempotency_key.empty()) {
+        const auto k = by_key_.find(it->second.idempotency_key);
+        if (k != by_key_.end() && k->second == &it->second) by_key_.erase(k);
+      }
+      by_id_.erase(it);
+    }
     finished_.pop_front();
   }
-  // Commands in flight are never evicted: their number is bounded by the rigs'
-  // outboxes, and a fleet-wide fan-out legitimately holds one per rig.
+  // Open commands are never evicted: their number is bounded by the rigs'
+  // outboxes and held queues, and a fleet-wide fan-out legitimately holds one per rig.
   compact_finished();
 }
 
@@ -65,8 +116,8 @@ void CommandTable::compact_finished() {
   if (finished_.size() <= 2 * capacity_ + 64) return;
   std::deque<CmdKey> kept;
   for (const CmdKey& id : finished_) {
-    auto it = by_id_.find(id);
-    if (it != by_id_.end() && finished(it->second.state)) kept.push_back(id);
+    const auto it = by_id_.find(id);
+    if (it != by_id_.end() && is_final(it->second.state)) kept.push_back(id);
   }
   finished_.swap(kept);
 }

@@ -12,9 +12,8 @@ const char* to_string(EventType t) noexcept {
     case EventType::rig_disconnected: return "rig_disconnected";
     case EventType::rig_event: return "rig_event";
     case EventType::command_acked: return "command_acked";
+    case EventType::command_running: return "command_running";
     case EventType::command_done: return "command_done";
-    case EventType::command_nacked: return "command_nacked";
-    case EventType::command_lost: return "command_lost";
     case EventType::drain_started: return "drain_started";
   }
   return "unknown";
@@ -22,8 +21,8 @@ const char* to_string(EventType t) noexcept {
 
 const std::vector<EventType>& all_event_types() {
   static const std::vector<EventType> kAll = {
-      EventType::rig_connected, EventType::rig_disconnected, EventType::rig_event,    EventType::command_acked,
-      EventType::command_done,  EventType::command_nacked,   EventType::command_lost, EventType::drain_started};
+      EventType::rig_connected,   EventType::rig_disconnected, EventType::rig_event,    EventType::command_acked,
+      EventType::command_running, EventType::command_done,     EventType::drain_started};
   return kAll;
 }
 

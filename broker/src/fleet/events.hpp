@@ -26,12 +26,11 @@ enum class EventType : std::uint8_t {
   rig_disconnected,  // detail: why
   rig_event,         // an EVENT frame; detail: "name k=v ..."
   command_acked,     // detail: "duplicate" when the rig had run it before
-  command_done,      // detail: the RESULT's status
-  command_nacked,    // detail: the NACK's reason
-  command_lost,      // detail: why
+  command_running,   // its output began, or a reboot was scheduled
+  command_done,      // a final state; detail: the state (succeeded, failed, timed_out, ...)
   drain_started,     // detail: the window in ms
 };
-inline constexpr std::size_t kEventTypeCount = 8;
+inline constexpr std::size_t kEventTypeCount = 7;
 
 // The wire name ("command_acked"), as in SSE "event:" lines and docs/OPERATIONS.md.
 const char* to_string(EventType t) noexcept;
@@ -39,10 +38,8 @@ std::optional<EventType> event_type_from_string(std::string_view name) noexcept;
 // Every type in declaration order (for listing them in errors and docs).
 const std::vector<EventType>& all_event_types();
 
-// A command reached a state it will not leave (done, nacked, lost).
-constexpr bool is_final(EventType t) noexcept {
-  return t == EventType::command_done || t == EventType::command_nacked || t == EventType::command_lost;
-}
+// A command reached a state it will not leave.
+constexpr bool is_final(EventType t) noexcept { return t == EventType::command_done; }
 
 // A set of event types, as a bit mask.
 class EventTypes {

@@ -9,11 +9,23 @@ const char* to_string(CommandState s) noexcept {
     case CommandState::sent: return "sent";
     case CommandState::acked: return "acked";
     case CommandState::running: return "running";
-    case CommandState::done: return "done";
-    case CommandState::nacked: return "nacked";
-    case CommandState::lost: return "lost";
+    case CommandState::succeeded: return "succeeded";
+    case CommandState::failed: return "failed";
+    case CommandState::timed_out: return "timed_out";
+    case CommandState::cancelled: return "cancelled";
+    case CommandState::undeliverable: return "undeliverable";
+    case CommandState::rejected: return "rejected";
+    case CommandState::interrupted: return "interrupted";
   }
   return "unknown";
+}
+
+std::optional<CommandState> command_state_from_string(std::string_view s) noexcept {
+  for (std::size_t i = 0; i < kCommandStateCount; ++i) {
+    const auto state = static_cast<CommandState>(i);
+    if (s == to_string(state)) return state;
+  }
+  return std::nullopt;
 }
 
 const char* to_string(EnqueueError e) noexcept {
@@ -23,6 +35,8 @@ const char* to_string(EnqueueError e) noexcept {
     case EnqueueError::unsupported_kind: return "unsupported_kind";
     case EnqueueError::draining: return "draining";
     case EnqueueError::bad_request: return "bad_request";
+    case EnqueueError::conflict: return "conflict";
+    case EnqueueError::store_unavailable: return "store_unavailable";
   }
   return "unknown";
 }

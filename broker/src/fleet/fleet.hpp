@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "fleet/events.hpp"
+#include "fleetlink/expected.hpp"
 #include "fleetlink/messages.hpp"
 
 namespace fleetlink::broker {
@@ -28,67 +29,117 @@ struct UnackedCommand {
 
 struct RigView {
   std::string rig_id;
-  std::string state;             // "connected" | "unresponsive" (pongs missing) | "draining"
+  // "connected" | "unresponsive" (pongs missing) | "draining" | "offline" (known, not connected here)
+  std::string state;
+  bool connected = false;
   std::string boot_id;
   std::string agent_version;
   StringMap labels;
   std::vector<std::string> kinds;
-  std::string peer;              // "ip:port"
+  std::string peer;              // "ip:port" (connected only)
   std::uint64_t connected_at_ms = 0;
-  std::uint64_t last_seen_ms = 0;     // last frame or pong from the rig
+  std::uint64_t first_seen_ms = 0;
+  std::uint64_t last_seen_ms = 0;     // last frame or pong from the rig (offline: when it left)
   std::uint64_t last_ack_seq = 0;
   std::optional<std::uint64_t> last_ack_at_ms;
   std::uint64_t next_seq = 1;
   std::size_t outbox_depth = 0;       // queued, not yet written
   std::size_t outbox_capacity = 0;
+  std::size_t held = 0;               // commands waiting for the rig (offline, or behind a full outbox)
   unsigned missed_pongs = 0;
   std::vector<UnackedCommand> unacked; // oldest first
 };
 
-// A command's life as the broker saw it.
+// A command's life (docs/PROTOCOL.md section 6, fleet/lifecycle.hpp):
+//
+//   queued -> sent -> acked -> running -> succeeded | failed | timed_out | cancelled
+//
+// or, never run: undeliverable (not acknowledged by its delivery deadline),
+// rejected (the rig NACKed it); or interrupted (the rig restarted, new boot_id,
+// without finishing it). The last six are final.
 enum class CommandState : std::uint8_t {
-  queued,     // in the rig's outbox
-  sent,       // written to the socket, no ACK yet
-  acked,      // the rig accepted it; no RESULT yet
-  running,    // output chunks are arriving
-  done,       // RESULT received
-  nacked,     // the rig refused it
-  lost,       // the connection ended before an ACK: NOT retransmitted, shown to the operator
+  queued,         // recorded; waiting for (or in) its rig's outbox
+  sent,           // written to a connection, no ACK yet (sent again on the next one if none comes)
+  acked,          // the rig accepted it; no RESULT yet
+  running,        // output is arriving (or a reboot was scheduled and the new boot is awaited)
+  succeeded,
+  failed,
+  timed_out,      // no RESULT by its deadline (the rig was told to CANCEL), or the rig's own time limit
+  cancelled,
+  undeliverable,  // not acknowledged by its delivery deadline: it never ran
+  rejected,       // the rig refused it (NACK): it never ran
+  interrupted,    // the rig came back with a new boot_id and no result for it
 };
+inline constexpr std::size_t kCommandStateCount = 11;
 const char* to_string(CommandState s) noexcept;
+std::optional<CommandState> command_state_from_string(std::string_view s) noexcept;
+constexpr bool is_final(CommandState s) noexcept { return s >= CommandState::succeeded; }
 
+// One command's record: what the broker knows of it, what the store keeps.
 struct CommandView {
   std::string cmd_id;
   std::string rig_id;
   std::string kind;
   StringMap args;
-  std::uint64_t seq = 0;
+  std::string idempotency_key;            // the client's name for it (a repeated POST returns this command)
+  std::string job_id;                     // the fan-out job it belongs to, if any
+  std::uint64_t seq = 0;                  // on its current (or last) connection; 0 before the first delivery
+  std::uint32_t attempts = 0;             // connections it was written on
   CommandState state = CommandState::queued;
-  std::uint64_t enqueued_at_ms = 0;
+  std::uint64_t enqueued_at_ms = 0;       // queued
   std::optional<std::uint64_t> sent_at_ms;
   std::optional<std::uint64_t> acked_at_ms;
+  std::optional<std::uint64_t> running_at_ms;
   std::optional<std::uint64_t> finished_at_ms;
+  std::uint64_t deliver_by_ms = 0;        // not acknowledged by then: undeliverable
+  std::uint32_t timeout_s = 0;            // acknowledged, no RESULT this long after: CANCEL, timed_out
+  std::string acked_boot_id;              // the rig's boot_id when it acknowledged
+  std::optional<std::uint64_t> cancel_requested_at_ms;
+  std::string detail;                     // why it ended as it did (for people)
   bool duplicate = false;                 // the rig said it had run this cmd_id already
   std::optional<msg::Nack> nack;
   std::optional<msg::Result> result;      // output holds at most kMaxResultOutput bytes
   std::string streamed_output;            // chunks seen so far (bounded tail)
   std::uint64_t streamed_bytes = 0;
   std::uint64_t stream_next_offset = 0;   // where the next output chunk should start
-  std::uint64_t stream_gap_bytes = 0;     // bytes skipped between chunks (see command_table.hpp)
+  std::uint64_t stream_gap_bytes = 0;     // bytes skipped between chunks (see output_accounting.hpp)
+
+  // This broker's hands on it (not stored).
+  bool recorded = false;                  // committed to the store: it may be written to its rig
+  bool in_outbox = false;                 // in the outbox of its rig's connection here
+};
+
+// POST /v1/rigs/{rig}/commands, one rig's share of a job, a line of the control stream.
+struct CommandRequest {
+  std::string rig_id;
+  std::string kind;
+  StringMap args;
+  std::string cmd_id;                      // the client's own UUID for it (empty: the broker makes one)
+  std::string idempotency_key;             // the client's name for it (<= 128 bytes)
+  std::optional<std::uint32_t> deliver_within_s;  // unset: the kind's default
+  std::optional<std::uint32_t> timeout_s;         // unset: the kind's default
+  bool hold = false;                       // a rig never seen yet: hold it for the rig instead of refusing
+  std::string job_id;
 };
 
 struct EnqueueOk {
   std::string cmd_id;
   std::string rig_id;
-  std::uint64_t seq = 0;
+  std::uint64_t seq = 0;          // 0: not in a connection's outbox yet (held for the rig)
+  CommandState state = CommandState::queued;
+  bool existing = false;          // the request named a command that already exists: that one, unchanged
+  bool held = false;              // the rig is not connected here: delivered when it says HELLO
+  std::uint64_t deliver_by_ms = 0;
 };
 
 enum class EnqueueError : std::uint8_t {
-  unknown_rig,        // no live connection for the rig            -> HTTP 404
-  rig_unresponsive,   // outbox full                              -> HTTP 503
-  unsupported_kind,   // the rig did not list this kind in HELLO  -> HTTP 422
-  draining,           // this broker is draining                  -> HTTP 503
-  bad_request,        // empty kind, too many/too large args      -> HTTP 400
+  unknown_rig,        // never seen (and not held)                        -> HTTP 404
+  rig_unresponsive,   // outbox (or the held queue) full                  -> HTTP 503
+  unsupported_kind,   // the rig did not list this kind in HELLO          -> HTTP 422
+  draining,           // this broker is draining                          -> HTTP 503
+  bad_request,        // empty kind, too many/too large args, bad ids     -> HTTP 400
+  conflict,           // the cmd_id / idempotency_key names another command -> HTTP 409
+  store_unavailable,  // the command could not be recorded: not sent      -> HTTP 503
 };
 const char* to_string(EnqueueError e) noexcept;
 
@@ -99,24 +150,51 @@ struct EnqueueFailure {
   std::uint64_t last_ack_seq = 0;
   std::optional<std::uint64_t> last_ack_at_ms;
   std::string suggested_action; // "force_reconnect" for rig_unresponsive, else empty
+  std::string cmd_id;           // conflict: the existing command
 };
 
 using EnqueueOutcome = std::variant<EnqueueOk, EnqueueFailure>;
+
+enum class CancelOutcome : std::uint8_t {
+  unknown,       // no such command                                  -> 404
+  finished,      // already in a final state                         -> 409 not_running
+  pending,       // a cancel of it is already on its way             -> 409 cancel_pending
+  cancelled,     // it had not reached the rig: cancelled now        -> 200
+  requested,     // CANCEL sent (or sent when the rig comes back)    -> 202
+};
+
+// GET /v1/commands?rig=&state=&since=&job=&before=&limit=
+struct CommandQuery {
+  std::string rig_id;                    // empty: every rig
+  std::optional<CommandState> state;
+  std::string job_id;
+  std::uint64_t since_ms = 0;            // enqueued at or after
+  std::string before_cmd_id;             // paging: only commands older than this one
+  std::size_t limit = 100;
+};
 
 class Fleet {
  public:
   virtual ~Fleet() = default;
 
-  virtual EnqueueOutcome enqueue(std::string_view rig_id, std::string kind, StringMap args) = 0;
+  // Records the command and queues it for its rig. Nothing is sent to the rig,
+  // and no answer should promise the command, before persist() returned.
+  virtual EnqueueOutcome enqueue(CommandRequest request) = 0;
+  // Makes every command enqueued so far durable, then lets them go to their rigs.
+  // On an error those commands are withdrawn (undeliverable, never sent): answer
+  // store_unavailable for them.
+  virtual Expected<void> persist() = 0;
   virtual std::vector<RigView> rigs() const = 0;
-  // Every connected rig's id and labels (sorted by key), in no particular order:
-  // what a target-set selection needs, without building a RigView per rig.
+  // Every known rig's id and labels (sorted by key), connected or not, in no
+  // particular order: what a target-set selection needs, without building a
+  // RigView per rig.
   using LabelList = std::vector<std::pair<std::string, std::string>>;
   using RigLabelsVisitor = std::function<void(std::string_view rig_id, const LabelList& labels)>;
   virtual void visit_rig_labels(const RigLabelsVisitor& visit) const {
     for (const RigView& r : rigs()) visit(r.rig_id, LabelList(r.labels.begin(), r.labels.end()));
   }
   virtual std::optional<RigView> rig(std::string_view rig_id) const = 0;
+  // In memory, or in the store.
   virtual std::optional<CommandView> command(std::string_view cmd_id) const = 0;
   // The command without copying it (its output may be 64 KiB): `read` runs at
   // once, on the caller's thread, if the command is known. False otherwise.
@@ -126,16 +204,15 @@ class Fleet {
     if (v) read(*v);
     return v.has_value();
   }
+  // History, newest first: the store's, with what memory knows fresher.
+  virtual std::vector<CommandView> list_commands(const CommandQuery& query) const = 0;
   // Close the rig's connection (CloseCode::forced_reconnect). False if not connected.
   virtual bool force_reconnect(std::string_view rig_id) = 0;
-  // Ask the rig to stop a command in flight (broker -> agent CANCEL). False if the
-  // command is unknown, finished, or its rig is not connected here. (Added by the
-  // data plane; the default keeps other Fleet implementations compiling.)
-  virtual bool cancel(std::string_view cmd_id) { (void)cmd_id; return false; }
+  virtual CancelOutcome cancel(std::string_view cmd_id) = 0;
   // Stop accepting, GOAWAY everyone spread over the window, exit when empty or at the deadline.
   virtual void start_drain(std::chrono::milliseconds window) = 0;
   virtual bool draining() const = 0;
-  // Certificates loaded, listener up, registry reachable.
+  // Certificates loaded, listener up, registry and store reachable.
   virtual bool ready() const = 0;
   virtual std::string broker_id() const = 0;
 

@@ -9,18 +9,21 @@
 namespace fleetlink::broker {
 
 FleetCore::FleetCore(FleetSettings settings, RigTransport& transport, FleetObserver& observer, const Clock& clock,
-                     RegistryBackend& registry, std::uint64_t seed)
+                     RegistryBackend& registry, CommandStore& store, std::uint64_t seed)
     : settings_(std::move(settings)), transport_(transport), observer_(observer), clock_(clock),
-      registry_(registry, settings_.broker_id), commands_(settings_.command_history), rng_(seed) {
+      registry_(registry, settings_.broker_id), store_(store), commands_(settings_.command_history), rng_(seed) {
   // The sweep walks every session once per pass, a slice of them per tick: at
   // 20,000 rigs a whole walk at once stalled the loop (and queued ~1,000 pings in
   // one burst) every second.
   const std::uint32_t pass_ms = settings_.keepalive.sweep_interval_ms(settings_.hello_timeout_ms);
   sweep_slice_ms_ = std::max<std::uint32_t>(1, std::min(pass_ms, settings_.sweep_slice_ms));
   sweep_slices_ = std::max<std::uint32_t>(1, pass_ms / sweep_slice_ms_);
+  last_inventory_ms_ = clock_.mono_ms();
 }
 
-bool FleetCore::ready() const { return transport_ready_ && registry_.backend_up() && !drain_.active; }
+bool FleetCore::ready() const {
+  return transport_ready_ && registry_.backend_up() && store_.up() && !drain_.active;
+}
 
 // ---------------------------------------------------------------------------------
 // the connection lifecycle
@@ -84,14 +87,20 @@ void FleetCore::unregister(RigSession& s, std::string_view why) {
   if (registry_.remove(s)) {
     observer_.rig_unregistered(s);
     emit(EventType::rig_disconnected, s.rig_id, {}, std::string(why));
+    // The rig is known, not connected here: its inventory entry says when it left.
+    RigRecord r = rig_record(s);
+    r.last_seen_ms = clock_.wall_ms();
+    if (const auto seen = offline_.find(s.rig_id); seen != offline_.end()) r.first_seen_ms = seen->second.first_seen_ms;
+    store_.put_rig(r);
+    offline_.insert_or_assign(r.rig_id, std::move(r));
   }
-  // Whatever was not acknowledged on this connection is lost: shown, never retransmitted.
+  // What this connection did not get acknowledged waits for the rig's next one
+  // (same cmd_id, a new seq): never lost because a socket closed.
+  if (s.backlog) s.backlog.reset();
   if (s.outbox.size() == 0) return;
-  const std::uint64_t now = clock_.wall_ms();
   for (OutboxEntry& e : s.outbox.take_all()) {
-    if (CommandView* v = e.view ? e.view : commands_.find(e.cmd_id)) lifecycle::lost(commands_, *v, now);
-    observer_.command_lost(s, e);
-    emit(EventType::command_lost, s.rig_id, e.cmd_id, "connection ended before ACK");
+    if (CommandView* v = e.view ? e.view : commands_.find(e.cmd_id)) lifecycle::unsent(*v);
+    observer_.command_unacked(s, e);
   }
 }
 
@@ -176,15 +185,25 @@ std::size_t FleetCore::resume_paused() {
 // ---------------------------------------------------------------------------------
 // the single writer
 
+namespace {
+
+// The oldest unsent command may go only once the store has it (enqueue, persist).
+bool command_ready(const RigSession& s) noexcept {
+  const OutboxEntry* e = s.outbox.next_unsent();
+  return e != nullptr && (e->view == nullptr || e->view->recorded);
+}
+
+}  // namespace
+
 bool FleetCore::has_more_to_write(const RigSession& s) const noexcept {
   if (s.phase == SessionPhase::closing) return false;
-  return next_outbound(s.outbound, s.outbox.has_unsent()) != OutboundKind::none;
+  return next_outbound(s.outbound, command_ready(s)) != OutboundKind::none;
 }
 
 std::optional<Outgoing> FleetCore::next_frame(RigSession& s) {
   if (s.phase == SessionPhase::closing) return std::nullopt;  // the transport sends the close frame
   Outgoing out;
-  out.kind = next_outbound(s.outbound, s.outbox.has_unsent());
+  out.kind = next_outbound(s.outbound, command_ready(s));
   switch (out.kind) {
     case OutboundKind::none:
       return std::nullopt;
@@ -230,7 +249,8 @@ std::optional<Outgoing> FleetCore::next_frame(RigSession& s) {
       cmd.kind = v->kind;
       cmd.args = v->args;
       cmd.issued_at_ms = v->enqueued_at_ms;
-      lifecycle::sent(*v, now);
+      lifecycle::sent(*v, seq, now);
+      record(*v);
       out.message = std::move(cmd);
       return out;
     }
@@ -251,7 +271,10 @@ void FleetCore::sweep() {
     sweep_cursor_ = head_;
     refresh_pass_ = now - last_refresh_ms_ >= settings_.registry_refresh_ms;
     if (refresh_pass_) last_refresh_ms_ = now;
+    inventory_pass_ = now - last_inventory_ms_ >= settings_.inventory_refresh_ms;
+    if (inventory_pass_) last_inventory_ms_ = now;
   }
+  expire_deadlines();
   std::size_t budget = (connection_count_ + sweep_slices_ - 1) / sweep_slices_;
   while (sweep_cursor_ != nullptr && budget-- > 0) {
     RigSession* s = sweep_cursor_;
@@ -270,6 +293,11 @@ void FleetCore::sweep_one(RigSession& s, std::uint32_t now, bool refresh) {
   }
   if (s.phase != SessionPhase::live) return;
   if (refresh) registry_.refresh(s, clock_.wall_ms());
+  if (inventory_pass_ && s.registered) {
+    RigRecord r = rig_record(s);
+    r.last_seen_ms = s.last_seen_wall_ms ? s.last_seen_wall_ms : s.connected_at_ms;
+    store_.put_rig(r);
+  }
   const unsigned before = s.keepalive.missed;
   const KeepaliveAction a = s.keepalive.tick(now, settings_.keepalive);
   if (s.keepalive.missed > before) observer_.pong_missed(s, s.keepalive.missed, settings_.keepalive.max_missed);
@@ -330,66 +358,11 @@ void FleetCore::emit(EventType type, std::string_view rig_id, std::string_view c
 // ---------------------------------------------------------------------------------
 // Fleet
 
-EnqueueOutcome FleetCore::enqueue(std::string_view rig_id, std::string kind, StringMap args) {
-  auto fail = [&](EnqueueError e, std::string detail) -> EnqueueOutcome {
-    EnqueueFailure f;
-    f.error = e;
-    f.rig_id = std::string(rig_id);
-    f.detail = std::move(detail);
-    observer_.enqueue_refused(f);
-    return f;
-  };
-  if (drain_.active) return fail(EnqueueError::draining, "broker " + settings_.broker_id + " is draining");
-  // The SDK's own rules for a COMMAND (kind, args), so that what the broker accepts
-  // is exactly what a rig can decode; then the frame must fit the rig's limit.
-  Message command{msg::Command{1, uuid_v7().to_string(), std::move(kind), std::move(args), 0}};
-  msg::Command& probe = std::get<msg::Command>(command);
-  if (Expected<void> valid = validate(command); !valid) return fail(EnqueueError::bad_request, valid.error().detail);
-  std::size_t arg_bytes = 0;
-  for (const auto& [k, v] : probe.args) arg_bytes += k.size() + v.size();
-  if (arg_bytes + probe.kind.size() + 256 > settings_.max_frame_bytes)
-    return fail(EnqueueError::bad_request,
-                "args larger than the rigs' frame limit (" + std::to_string(settings_.max_frame_bytes) + " bytes)");
-  RigSession* found = registry_.find(rig_id);
-  if (!found)
-    return fail(EnqueueError::unknown_rig,
-                "rig " + std::string(rig_id) + " is not connected to " + settings_.broker_id);
-  RigSession& s = *found;
-  if (s.kinds && !s.kinds->empty() && !std::binary_search(s.kinds->begin(), s.kinds->end(), probe.kind))
-    return fail(EnqueueError::unsupported_kind, "rig " + s.rig_id + " does not run '" + probe.kind + "'");
-  std::string cmd_id = std::move(probe.cmd_id);
-  const std::uint64_t now = clock_.wall_ms();
-  std::uint64_t seq = 0;
-  if (auto full = s.outbox.enqueue(cmd_id, now, settings_.outbox_capacity, &seq)) {
-    EnqueueFailure f;
-    f.error = EnqueueError::rig_unresponsive;
-    f.rig_id = s.rig_id;
-    f.detail = std::move(full->detail);
-    f.last_ack_seq = s.outbox.last_ack_seq();
-    f.last_ack_at_ms = s.outbox.last_ack_at_ms();
-    f.suggested_action = "force_reconnect";
-    observer_.enqueue_refused(f);
-    return f;
-  }
-  CommandView v;
-  v.cmd_id = cmd_id;
-  v.rig_id = s.rig_id;
-  v.kind = std::move(probe.kind);
-  v.args = std::move(probe.args);
-  v.seq = seq;
-  v.state = CommandState::queued;
-  v.enqueued_at_ms = now;
-  CommandView* placed = commands_.insert(std::move(v));
-  s.outbox.set_view(seq, placed);
-  if (placed) observer_.command_enqueued(s, *placed, s.outbox.size());
-  transport_.write_now(s);
-  return EnqueueOk{std::move(cmd_id), s.rig_id, seq};
-}
-
 RigView FleetCore::view_of(const RigSession& s) const {
   RigView r;
   r.rig_id = s.rig_id;
   r.state = drain_.active ? "draining" : s.keepalive.missed > 0 ? "unresponsive" : "connected";
+  r.connected = true;
   r.boot_id = s.boot_id.to_string();
   if (s.agent_version) r.agent_version = *s.agent_version;
   if (s.labels) r.labels = StringMap(s.labels->begin(), s.labels->end());
@@ -403,12 +376,13 @@ RigView FleetCore::view_of(const RigSession& s) const {
   r.outbox_depth = s.outbox.unsent();
   r.outbox_capacity = settings_.outbox_capacity;
   r.missed_pongs = s.keepalive.missed;
+  r.held = s.backlog ? s.backlog->size() : 0;
   const std::uint64_t now = clock_.wall_ms();
   for (const OutboxEntry& e : s.outbox.entries()) {
     UnackedCommand u;
     u.cmd_id = e.cmd_id;
     u.seq = e.seq;
-    if (const CommandView* v = commands_.find(e.cmd_id)) u.kind = v->kind;
+    if (const CommandView* v = e.view ? e.view : commands_.find(e.cmd_id)) u.kind = v->kind;
     u.age_ms = now > e.enqueued_ms ? now - e.enqueued_ms : 0;
     u.sent = e.sent_ms != 0;
     r.unacked.push_back(std::move(u));
@@ -416,10 +390,28 @@ RigView FleetCore::view_of(const RigSession& s) const {
   return r;
 }
 
+RigView FleetCore::view_of(const RigRecord& r) const {
+  RigView v;
+  v.rig_id = r.rig_id;
+  v.state = "offline";
+  v.connected = false;
+  v.boot_id = r.boot_id;
+  v.agent_version = r.agent_version;
+  v.labels = r.labels;
+  v.kinds = r.kinds;
+  v.first_seen_ms = r.first_seen_ms;
+  v.last_seen_ms = r.last_seen_ms;
+  v.outbox_capacity = settings_.outbox_capacity;
+  for (const CommandView* c : commands_.open_of(r.rig_id))
+    if (c->state == CommandState::queued || c->state == CommandState::sent) ++v.held;
+  return v;
+}
+
 std::vector<RigView> FleetCore::rigs() const {
   std::vector<RigView> out;
-  out.reserve(registry_.size());
+  out.reserve(registry_.size() + offline_.size());
   registry_.for_each([&](const RigSession& s) { out.push_back(view_of(s)); });
+  for (const auto& [id, r] : offline_) out.push_back(view_of(r));
   std::sort(out.begin(), out.end(), [](const RigView& a, const RigView& b) { return a.rig_id < b.rig_id; });
   return out;
 }
@@ -427,24 +419,13 @@ std::vector<RigView> FleetCore::rigs() const {
 void FleetCore::visit_rig_labels(const RigLabelsVisitor& visit) const {
   static const LabelList kNoLabels;
   registry_.for_each([&](const RigSession& s) { visit(s.rig_id, s.labels ? *s.labels : kNoLabels); });
+  for (const auto& [id, r] : offline_) visit(id, LabelList(r.labels.begin(), r.labels.end()));
 }
 
 std::optional<RigView> FleetCore::rig(std::string_view rig_id) const {
-  const RigSession* s = registry_.find(rig_id);
-  if (!s) return std::nullopt;
-  return view_of(*s);
-}
-
-bool FleetCore::read_command(std::string_view cmd_id, const std::function<void(const CommandView&)>& read) const {
-  const CommandView* v = commands_.find(cmd_id);
-  if (v) read(*v);
-  return v != nullptr;
-}
-
-std::optional<CommandView> FleetCore::command(std::string_view cmd_id) const {
-  const CommandView* v = commands_.find(cmd_id);
-  if (!v) return std::nullopt;
-  return *v;
+  if (const RigSession* s = registry_.find(rig_id)) return view_of(*s);
+  if (const auto it = offline_.find(rig_id); it != offline_.end()) return view_of(it->second);
+  return std::nullopt;
 }
 
 bool FleetCore::force_reconnect(std::string_view rig_id) {
@@ -454,17 +435,17 @@ bool FleetCore::force_reconnect(std::string_view rig_id) {
   return true;
 }
 
-bool FleetCore::cancel(std::string_view cmd_id) {
-  const CommandView* v = commands_.find(cmd_id);
-  if (!v || lifecycle::is_final(v->state)) return false;
-  RigSession* s = registry_.find(v->rig_id);
-  if (!s) return false;
-  std::vector<std::string>& list = pending_cancels_[s];
-  if (list.size() >= 64 || std::find(list.begin(), list.end(), cmd_id) != list.end()) return false;  // bounded
-  list.emplace_back(cmd_id);
-  s->outbound.cancels = true;
-  transport_.write_soon(*s);
-  return true;
+RigRecord FleetCore::rig_record(const RigSession& s) const {
+  RigRecord r;
+  r.rig_id = s.rig_id;
+  r.boot_id = s.boot_id.to_string();
+  if (s.agent_version) r.agent_version = *s.agent_version;
+  if (s.labels) r.labels = StringMap(s.labels->begin(), s.labels->end());
+  if (s.kinds) r.kinds = *s.kinds;
+  r.broker_id = settings_.broker_id;
+  r.first_seen_ms = s.connected_at_ms;
+  r.last_seen_ms = s.last_seen_wall_ms ? s.last_seen_wall_ms : s.connected_at_ms;
+  return r;
 }
 
 }  // namespace fleetlink::broker

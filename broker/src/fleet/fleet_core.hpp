@@ -24,6 +24,7 @@
 
 #include "fleet/clock.hpp"
 #include "fleet/command_table.hpp"
+#include "fleet/deadlines.hpp"
 #include "fleet/drain.hpp"
 #include "fleet/events.hpp"
 #include "fleet/fleet.hpp"
@@ -33,6 +34,7 @@
 #include "fleet/rig_session.hpp"
 #include "fleet/transport.hpp"
 #include "fleetlink/codec.hpp"
+#include "store/command_store.hpp"
 #include "store/registry_backend.hpp"
 
 namespace fleetlink::broker {
@@ -51,6 +53,17 @@ struct FleetSettings {
   Strictness strictness = Strictness::lenient;
   std::uint32_t registry_refresh_ms = 10000;  // registry entries (TTL 60 s) are refreshed this often
   std::uint32_t sweep_slice_ms = 10;          // the sweep visits a slice of the sessions per tick
+  // A rig back with a new boot_id has this long to report the commands its old
+  // boot acknowledged (spooled results, interrupted ones) before the broker
+  // concludes they were interrupted.
+  std::uint32_t reconcile_grace_ms = 30000;
+  // A CANCEL unanswered this long: the command ends cancelled.
+  std::uint32_t cancel_grace_ms = 30000;
+  // Steps of commands (ACK, RESULT, ...) are committed to the store at least this
+  // often; a new command is committed before anything is promised about it.
+  std::uint32_t store_commit_interval_ms = 20;
+  // The inventory's last_seen of connected rigs is written this often.
+  std::uint32_t inventory_refresh_ms = 60000;
 };
 
 // A frame for the transport to write.
@@ -63,7 +76,7 @@ struct Outgoing {
 class FleetCore final : public Fleet {
  public:
   FleetCore(FleetSettings settings, RigTransport& transport, FleetObserver& observer, const Clock& clock,
-            RegistryBackend& registry, std::uint64_t seed);
+            RegistryBackend& registry, CommandStore& store, std::uint64_t seed);
   FleetCore(const FleetCore&) = delete;
   FleetCore& operator=(const FleetCore&) = delete;
 
@@ -96,6 +109,16 @@ class FleetCore final : public Fleet {
   std::size_t resume_paused();
   bool has_paused() const noexcept { return !paused_.empty(); }
 
+  // ---- the store ----
+  // At start-up: every open command, every rig ever seen; the unfinished jobs are
+  // returned for the control plane.
+  Expected<std::vector<JobRecord>> load();
+  // Commits pending steps when the commit interval has passed (a timer calls it).
+  void commit_if_due();
+  // Commits whatever is pending (shutdown).
+  void flush_store();
+  CommandStore& store() noexcept { return store_; }
+
   // ---- the application ----
   // The listeners are up and the certificates loaded (part of ready()).
   void set_transport_ready(bool ready) noexcept { transport_ready_ = ready; }
@@ -104,14 +127,16 @@ class FleetCore final : public Fleet {
   std::size_t connection_count() const noexcept { return connection_count_; }
 
   // ---- Fleet (the control plane) ----
-  EnqueueOutcome enqueue(std::string_view rig_id, std::string kind, StringMap args) override;
+  EnqueueOutcome enqueue(CommandRequest request) override;
+  Expected<void> persist() override;
   std::vector<RigView> rigs() const override;
   void visit_rig_labels(const RigLabelsVisitor& visit) const override;
   std::optional<RigView> rig(std::string_view rig_id) const override;
   std::optional<CommandView> command(std::string_view cmd_id) const override;
   bool read_command(std::string_view cmd_id, const std::function<void(const CommandView&)>& read) const override;
+  std::vector<CommandView> list_commands(const CommandQuery& query) const override;
   bool force_reconnect(std::string_view rig_id) override;
-  bool cancel(std::string_view cmd_id) override;
+  CancelOutcome cancel(std::string_view cmd_id) override;
   void start_drain(std::chrono::milliseconds window) override;
   bool draining() const override { return drain_.active; }
   bool ready() const override;
@@ -128,6 +153,28 @@ class FleetCore final : public Fleet {
   void on_output(RigSession& s, const msg::OutputChunk& chunk);
   void on_event(RigSession& s, const msg::Event& event);
 
+  // ---- commands (fleet_commands.cpp) ----
+  // The command in memory, or read from the store into memory; nullptr if neither has it.
+  CommandView* find_command(std::string_view cmd_id);
+  // A record read from the store, merged: the later state wins.
+  CommandView* adopt(CommandView record);
+  std::optional<EnqueueFailure> refuse_existing(const CommandView& existing, const CommandRequest& r) const;
+  // Sends a rig's open commands on its new connection (and settles what the
+  // connection's boot_id tells: a reboot done, commands of an old boot to reconcile).
+  void deliver_open(RigSession& s);
+  // Moves commands from the backlog into the outbox while there is room.
+  void fill_outbox(RigSession& s);
+  // Takes a command out of its rig's outbox or backlog (it will not be sent).
+  void withdraw(CommandView& v);
+  // Queues a CANCEL for v on s; false when too many wait or one already does.
+  bool queue_cancel(RigSession& s, const CommandView& v);
+  void record(const CommandView& v, bool with_result = false);
+  void finished(const CommandView& v);  // the event, the observer
+  void end(CommandView& v, CommandState state, std::string detail);
+  void expire_deadlines();
+  Expected<void> commit();
+  RigRecord rig_record(const RigSession& s) const;
+
   void refuse_frame(RigSession& s, const FrameFault& fault, std::string_view detail);
   void close_session(RigSession& s, CloseCode code, std::string reason);
   // The session stops being its rig's connection; what it had not got acknowledged is lost.
@@ -137,6 +184,7 @@ class FleetCore final : public Fleet {
   void check_drain_done();
   void emit(EventType type, std::string_view rig_id, std::string_view cmd_id, std::string detail);
   RigView view_of(const RigSession& s) const;
+  RigView view_of(const RigRecord& r) const;
   std::string subject_of(const RigSession& s) const;
 
   FleetSettings settings_;
@@ -144,7 +192,16 @@ class FleetCore final : public Fleet {
   FleetObserver& observer_;
   const Clock& clock_;
   RigRegistry registry_;
+  CommandStore& store_;
   CommandTable commands_;
+  Deadlines deadlines_;
+  // Rigs seen before and not connected here now (the store's inventory).
+  std::unordered_map<std::string, RigRecord, TransparentStringHash, std::equal_to<>> offline_;
+  std::vector<std::string> uncommitted_;  // commands created since the last commit
+  std::uint64_t last_commit_ms_ = 0;
+  std::uint64_t foreign_seen_ = 0;        // store_.foreign_writes() when this broker last read the store
+  std::uint32_t last_inventory_ms_ = 0;
+  bool inventory_pass_ = false;
   EventBus bus_;
   DrainPlan drain_;
   std::mt19937_64 rng_;

@@ -1,5 +1,6 @@
 // ACK: the rig accepted the command with this seq (and cmd_id); it leaves the
-// connection's outbox. A duplicate ACK says the rig had run that cmd_id before.
+// connection's outbox, which makes room for what waits behind it. A duplicate
+// ACK says the rig had run that cmd_id before: its RESULT follows (or came).
 #include "fleet/fleet_core.hpp"
 #include "fleet/lifecycle.hpp"
 
@@ -13,9 +14,17 @@ void FleetCore::on_ack(RigSession& s, const msg::Ack& ack) {
   }
   const std::uint64_t now = clock_.wall_ms();
   s.outbox.record_ack(ack.seq, now);
-  if (CommandView* v = entry->view ? entry->view : commands_.find(entry->cmd_id)) lifecycle::acked(*v, ack, now);
+  if (CommandView* v = entry->view ? entry->view : commands_.find(entry->cmd_id)) {
+    v->in_outbox = false;
+    const bool first = !v->acked_at_ms;
+    lifecycle::acked(*v, ack, s.boot_id.to_string(), now);
+    if (first && v->acked_at_ms)
+      deadlines_.add(*v->acked_at_ms + std::uint64_t{v->timeout_s} * 1000, DeadlineKind::execute, v->cmd_id);
+    record(*v);
+  }
   observer_.acked(s, ack, now - std::min(now, entry->enqueued_ms));
   emit(EventType::command_acked, s.rig_id, entry->cmd_id, ack.duplicate ? "duplicate" : "");
+  fill_outbox(s);
 }
 
 }  // namespace fleetlink::broker

@@ -49,7 +49,21 @@ void FleetCore::on_hello(RigSession& s, msg::Hello hello) {
   s.outbound.welcome = true;
   transport_.write_soon(s);
   observer_.rig_registered(s);
+  // The inventory: written when the rig is new or says something new about itself.
+  RigRecord now_known = rig_record(s);
+  if (const auto seen = offline_.find(s.rig_id); seen != offline_.end()) {
+    const RigRecord& before = seen->second;
+    now_known.first_seen_ms = before.first_seen_ms;
+    if (before.boot_id != now_known.boot_id || before.agent_version != now_known.agent_version ||
+        before.labels != now_known.labels || before.kinds != now_known.kinds || before.broker_id != now_known.broker_id)
+      store_.put_rig(now_known);
+    offline_.erase(seen);
+  } else {
+    store_.put_rig(now_known);
+  }
   emit(EventType::rig_connected, s.rig_id, {}, boot_id);
+  // WELCOME goes first (outbound.hpp), then what waits for the rig.
+  deliver_open(s);
 }
 
 }  // namespace fleetlink::broker

@@ -1,4 +1,4 @@
-// NACK: the rig refused the command with this seq; it will not run.
+// NACK: the rig refused the command with this seq; it will not run (rejected).
 #include "fleet/fleet_core.hpp"
 #include "fleet/lifecycle.hpp"
 
@@ -10,12 +10,18 @@ void FleetCore::on_nack(RigSession& s, const msg::Nack& nack) {
     observer_.unknown_answer(s, "nack", nack.seq, nack.cmd_id);
     return;
   }
-  if (CommandView* v = entry->view ? entry->view : commands_.find(entry->cmd_id))
-    lifecycle::nacked(commands_, *v, nack, clock_.wall_ms());
   msg::Nack seen = nack;
   seen.cmd_id = entry->cmd_id;  // the NACK of an undecodable COMMAND may carry none
   observer_.nacked(s, seen);
-  emit(EventType::command_nacked, s.rig_id, entry->cmd_id, fleetlink::to_string(nack.reason));
+  if (CommandView* v = entry->view ? entry->view : commands_.find(entry->cmd_id)) {
+    v->in_outbox = false;
+    if (!is_final(v->state)) {
+      lifecycle::rejected(commands_, *v, seen, clock_.wall_ms());
+      record(*v, true);
+      finished(*v);
+    }
+  }
+  fill_outbox(s);
 }
 
 }  // namespace fleetlink::broker

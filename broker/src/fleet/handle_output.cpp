@@ -6,11 +6,16 @@
 namespace fleetlink::broker {
 
 void FleetCore::on_output(RigSession& s, const msg::OutputChunk& chunk) {
-  CommandView* v = commands_.find(chunk.cmd_id);
+  CommandView* v = find_command(chunk.cmd_id);
   if (!v || v->rig_id != s.rig_id) return;
   const std::uint64_t expected = v->stream_next_offset;
-  if (const std::uint64_t gap = lifecycle::output(*v, chunk); gap > 0)
+  const CommandState before = v->state;
+  if (const std::uint64_t gap = lifecycle::output(*v, chunk, clock_.wall_ms()); gap > 0)
     observer_.output_gap(s, chunk.cmd_id, expected, chunk.offset, gap);
+  if (v->state != before) {
+    record(*v);
+    emit(EventType::command_running, s.rig_id, v->cmd_id, {});
+  }
 }
 
 }  // namespace fleetlink::broker

@@ -1,13 +1,14 @@
-// RESULT: the final word on a command of this rig. Also settles a command whose
-// ACK was never seen (also when OUTPUT came first and made it running): a
-// finished command never stays in an outbox, where it would later be lost.
+// RESULT: the final word on a command of this rig, whichever connection (or
+// broker) it was sent on: a command this broker does not hold is read from the
+// store. Also settles a command whose ACK was never seen (also when OUTPUT came
+// first and made it running): a finished command never stays in an outbox.
 #include "fleet/fleet_core.hpp"
 #include "fleet/lifecycle.hpp"
 
 namespace fleetlink::broker {
 
 void FleetCore::on_result(RigSession& s, msg::Result result) {
-  CommandView* v = commands_.find(result.cmd_id);
+  CommandView* v = find_command(result.cmd_id);
   if (!v) {
     observer_.result_refused(s, result.cmd_id, "unknown cmd");
     return;
@@ -16,12 +17,28 @@ void FleetCore::on_result(RigSession& s, msg::Result result) {
     observer_.result_refused(s, result.cmd_id, "of rig " + v->rig_id);
     return;
   }
-  if (v->state != CommandState::acked) s.outbox.settle_cmd(v->cmd_id);
+  if (v->in_outbox) {
+    s.outbox.settle_cmd(v->cmd_id);
+    v->in_outbox = false;
+  }
+  if (s.backlog) std::erase(*s.backlog, v);
+  if (v->acked_boot_id.empty()) v->acked_boot_id = s.boot_id.to_string();
   const std::uint64_t dropped_before = result.dropped_bytes;
-  const std::uint64_t lost = lifecycle::done(commands_, *v, std::move(result), clock_.wall_ms());
-  if (lost > 0) observer_.output_lost(s, *v, lost, dropped_before);
-  observer_.result(s, *v->result);
-  emit(EventType::command_done, s.rig_id, v->cmd_id, fleetlink::to_string(v->result->status));
+  const bool first_ack = !v->acked_at_ms;
+  const lifecycle::ResultEffect effect = lifecycle::result(commands_, *v, std::move(result), clock_.wall_ms());
+  if (effect.lost_bytes > 0) observer_.output_lost(s, *v, effect.lost_bytes, dropped_before);
+  if (v->result) observer_.result(s, *v->result);
+  record(*v, effect.finished);
+  if (effect.late) {
+    observer_.result_refused(s, v->cmd_id, std::string("late: already ") + to_string(v->state) + ", result kept");
+  } else if (effect.finished) {
+    finished(*v);
+  } else {  // a reboot scheduled: done when the rig comes back with a new boot_id
+    if (first_ack && v->acked_at_ms)
+      deadlines_.add(*v->acked_at_ms + std::uint64_t{v->timeout_s} * 1000, DeadlineKind::execute, v->cmd_id);
+    emit(EventType::command_running, s.rig_id, v->cmd_id, v->detail);
+  }
+  fill_outbox(s);
 }
 
 }  // namespace fleetlink::broker

@@ -1,38 +1,69 @@
 #pragma once
-// Every step of a command's life, in one place. A command is created queued in
-// its rig's outbox, then:
+// Every step of a command's life, in one place (docs/PROTOCOL.md section 6):
 //
-//   queued --write--> sent --ACK--> acked --OUTPUT--> running --RESULT--> done
-//      \                \              \_______________________\--RESULT--> done
-//       \                \--NACK--> nacked
-//        \________________\--connection ended before an ACK--> lost
+//   queued -> sent -> acked -> running -> succeeded | failed | timed_out | cancelled | interrupted
 //
-// done, nacked and lost are final: nothing changes a finished command, and the
-// table may evict it (oldest finished first). A RESULT also settles a command
-// whose ACK was never seen. Each step takes the time it happened (Unix ms).
+// A command whose connection ends before its ACK stays sent and is written
+// again on the rig's next connection (same cmd_id, new seq). Never run:
+// undeliverable (not acknowledged by its delivery deadline, or the rig says it
+// never had it), rejected (NACK). By the broker: timed_out at the execution
+// deadline (a CANCEL goes to the rig), cancelled before delivery, interrupted
+// when the rig came back with a new boot_id and no result, succeeded for a
+// reboot when the rig comes back with a new boot_id.
+//
+// The last six states are final: nothing changes a finished command (a late
+// RESULT is kept with it, its state stays). Each step takes the time it
+// happened (Unix ms). Pure.
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 #include "fleet/command_table.hpp"
 #include "fleetlink/messages.hpp"
 
 namespace fleetlink::broker::lifecycle {
 
-constexpr bool is_final(CommandState s) noexcept {
-  return s == CommandState::done || s == CommandState::nacked || s == CommandState::lost;
+// Order of progress: a store never moves a command back to a lower rank.
+constexpr int rank(CommandState s) noexcept {
+  switch (s) {
+    case CommandState::queued: return 0;
+    case CommandState::sent: return 1;
+    case CommandState::acked: return 2;
+    case CommandState::running: return 3;
+    default: return 4;  // final
+  }
 }
 
-// Written to the socket.
-void sent(CommandView& v, std::uint64_t now_ms);
-// The rig accepted it (or had run it before: ack.duplicate).
-void acked(CommandView& v, const msg::Ack& ack, std::uint64_t now_ms);
+// A reboot is done when the rig comes back with a new boot_id, not when the
+// agent says it is scheduled.
+inline bool awaits_new_boot(const CommandView& v) noexcept {
+  return v.kind == "reboot" && !is_final(v.state) && !v.acked_boot_id.empty();
+}
+
+// Written to a connection with this seq.
+void sent(CommandView& v, std::uint64_t seq, std::uint64_t now_ms);
+// The connection it was written on ended before the ACK: it waits for the next one.
+void unsent(CommandView& v);
+// The rig (boot `boot_id`) accepted it, or had run it before (ack.duplicate).
+void acked(CommandView& v, const msg::Ack& ack, std::string_view boot_id, std::uint64_t now_ms);
 // A chunk of its output arrived; returns the bytes skipped before the chunk (a gap).
-std::uint64_t output(CommandView& v, const msg::OutputChunk& chunk);
-// Its RESULT arrived (output cut to kMaxResultOutput); returns the output bytes
-// lost in transit, now counted in the result's dropped_bytes.
-std::uint64_t done(CommandTable& table, CommandView& v, msg::Result result, std::uint64_t now_ms);
-// The rig refused it.
-void nacked(CommandTable& table, CommandView& v, const msg::Nack& nack, std::uint64_t now_ms);
-// Its connection ended before the rig acknowledged it: never retransmitted.
-void lost(CommandTable& table, CommandView& v, std::uint64_t now_ms);
+std::uint64_t output(CommandView& v, const msg::OutputChunk& chunk, std::uint64_t now_ms);
+
+// Its RESULT arrived (output cut to kMaxResultOutput). `never_acked_probe`: the
+// result answers the CANCEL the broker sent to learn whether the rig ever had a
+// command whose delivery deadline passed (PROTOCOL 3.9).
+struct ResultEffect {
+  std::uint64_t lost_bytes = 0;  // output lost in transit, now counted in the result's dropped_bytes
+  bool finished = false;         // false: a reboot scheduled, its new boot_id is awaited
+  bool late = false;             // the command was already final: the result is kept, its state stays
+};
+ResultEffect result(CommandTable& table, CommandView& v, msg::Result result, std::uint64_t now_ms);
+// The rig refused it (NACK).
+void rejected(CommandTable& table, CommandView& v, const msg::Nack& nack, std::uint64_t now_ms);
+// Ended by the broker: timed_out, cancelled, undeliverable, interrupted, or succeeded (a reboot's new boot).
+void end(CommandTable& table, CommandView& v, CommandState final_state, std::string detail, std::uint64_t now_ms);
+
+// The final state a RESULT status means for this command.
+CommandState state_for(const CommandView& v, const msg::Result& r) noexcept;
 
 }  // namespace fleetlink::broker::lifecycle

@@ -71,8 +71,12 @@ class FleetObserver {
   virtual void output_lost(const RigSession& /*s*/, const CommandView& /*v*/, std::uint64_t /*lost*/, std::uint64_t /*dropped*/) {}
   virtual void output_gap(const RigSession& /*s*/, std::string_view /*cmd_id*/, std::uint64_t /*expected*/,
                           std::uint64_t /*offset*/, std::uint64_t /*gap*/) {}
-  // The connection ended with this command unacknowledged.
-  virtual void command_lost(const RigSession& /*s*/, const OutboxEntry& /*e*/) {}
+  // The connection ended with this command unacknowledged: it waits for the next one.
+  virtual void command_unacked(const RigSession& /*s*/, const OutboxEntry& /*e*/) {}
+  // A command reached its final state.
+  virtual void command_finished(const CommandView& /*v*/) {}
+  // The store refused a commit (it retries with the next one).
+  virtual void store_failed(const Error& /*e*/) {}
 
   // --- drain ---
   virtual void drain_started(std::size_t /*rigs*/, std::uint32_t /*window_ms*/, std::uint32_t /*deadline_ms*/) {}

@@ -5,6 +5,8 @@
 // and its few small strings, no per-connection map, no buffer until a command or
 // a fragmented frame needs one (docs/PERFORMANCE.md).
 #include <cstdint>
+#include <deque>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,6 +49,9 @@ struct RigSession {
 
   FrameAssembler assembler;
   Outbox outbox;
+  // Commands waiting for room in the outbox, in order (a reconnect after many
+  // were held): null while there are none.
+  std::unique_ptr<std::deque<CommandView*>> backlog;
   KeepaliveState keepalive;
   RateLimiter rate_limit;            // inbound frames per second
 

@@ -150,10 +150,21 @@ void BrokerObserver::output_gap(const RigSession& s, std::string_view cmd_id, st
            text(cmd_id).c_str(), ull(expected), ull(offset), ull(gap));
 }
 
-void BrokerObserver::command_lost(const RigSession& s, const OutboxEntry& e) {
-  ++metrics_.commands_lost;
-  FL_WARN("command lost rig=%s seq=%llu cmd=%s (connection ended before its ACK)", rig_of(s), ull(e.seq),
-          e.cmd_id.c_str());
+void BrokerObserver::command_unacked(const RigSession& s, const OutboxEntry& e) {
+  ++metrics_.commands_unacked;
+  FL_INFO("command unacknowledged rig=%s seq=%llu cmd=%s: the connection ended first; it goes again on the next one",
+          rig_of(s), ull(e.seq), e.cmd_id.c_str());
+}
+
+void BrokerObserver::command_finished(const CommandView& v) {
+  ++metrics_.commands_finished[to_string(v.state)];
+  FL_INFO("command %s rig=%s cmd=%s kind=%s%s%s", to_string(v.state), v.rig_id.c_str(), v.cmd_id.c_str(),
+          v.kind.c_str(), v.detail.empty() ? "" : ": ", v.detail.c_str());
+}
+
+void BrokerObserver::store_failed(const Error& e) {
+  ++metrics_.store_commit_errors;
+  FL_ERROR("command store: commit failed: %s", e.detail.c_str());
 }
 
 void BrokerObserver::drain_started(std::size_t rigs, std::uint32_t window_ms, std::uint32_t deadline_ms) {

@@ -46,7 +46,9 @@ class BrokerObserver final : public FleetObserver {
   void output_lost(const RigSession& s, const CommandView& v, std::uint64_t lost, std::uint64_t dropped) override;
   void output_gap(const RigSession& s, std::string_view cmd_id, std::uint64_t expected, std::uint64_t offset,
                   std::uint64_t gap) override;
-  void command_lost(const RigSession& s, const OutboxEntry& e) override;
+  void command_unacked(const RigSession& s, const OutboxEntry& e) override;
+  void command_finished(const CommandView& v) override;
+  void store_failed(const Error& e) override;
   void drain_started(std::size_t rigs, std::uint32_t window_ms, std::uint32_t deadline_ms) override;
   void drain_finished(std::size_t connections_left) override;
 

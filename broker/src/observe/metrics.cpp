@@ -8,6 +8,7 @@
 #include <cmath>
 #include <string_view>
 
+#include "fleet/fleet.hpp"
 #include "fleetlink/close_codes.hpp"
 
 namespace fleetlink::broker {
@@ -34,6 +35,10 @@ BrokerMetrics::BrokerMetrics()
   for (const char* outcome :
        {"accepted", "malformed", "identity_mismatch", "duplicate", "superseded_old"}) {
     hellos[outcome];  // known outcomes are always exported, at 0 until seen
+  }
+  for (std::size_t i = 0; i < kCommandStateCount; ++i) {
+    const auto state = static_cast<CommandState>(i);
+    if (is_final(state)) commands_finished[to_string(state)];
   }
 }
 
@@ -174,8 +179,15 @@ std::string BrokerMetrics::render_prometheus(
            commands_rejected);
   w.simple("commands_completed_total", "counter", "Commands whose RESULT arrived.",
            commands_completed);
-  w.simple("commands_lost_total", "counter",
-           "Commands whose connection ended before an ACK (not retransmitted).", commands_lost);
+  w.simple("commands_unacked_total", "counter",
+           "Commands whose connection ended before their ACK (each is sent again on the rig's next connection).",
+           commands_unacked);
+  w.header("commands_finished_total", "counter", "Commands that reached a final state, by state.");
+  for (const auto& [state, n] : commands_finished) {
+    w.sample("commands_finished_total", "state=\"" + escape_label(state) + "\"", format_int(n));
+  }
+  w.simple("store_commit_errors_total", "counter", "Commits the command store refused (retried with the next one).",
+           store_commit_errors);
   w.simple("frames_in_total", "counter", "WebSocket frames received from rigs.", frames_in);
   w.simple("frames_out_total", "counter", "WebSocket frames sent to rigs.", frames_out);
   w.simple("tls_handshakes_full_total", "counter",

@@ -39,7 +39,9 @@ struct BrokerMetrics {
   std::uint64_t commands_nacked = 0;
   std::uint64_t commands_rejected = 0;               // enqueue refused (full, unknown rig, ...)
   std::uint64_t commands_completed = 0;              // RESULT received
-  std::uint64_t commands_lost = 0;                   // connection ended before ACK
+  std::uint64_t commands_unacked = 0;                // connection ended before ACK: sent again on the next one
+  std::map<std::string, std::uint64_t> commands_finished;  // by final state
+  std::uint64_t store_commit_errors = 0;
   std::uint64_t frames_in = 0;
   std::uint64_t frames_out = 0;
   std::uint64_t direct_writes = 0;

@@ -47,15 +47,7 @@ struct JobRecord {
   std::string body;
 };
 
-// GET /v1/commands?rig=&state=&since=&job=&before=&limit=, newest first.
-struct CommandQuery {
-  std::string rig_id;                    // empty: every rig
-  std::optional<CommandState> state;
-  std::string job_id;
-  std::uint64_t since_ms = 0;            // enqueued at or after
-  std::string before_cmd_id;             // paging: only commands older than this one
-  std::size_t limit = 100;
-};
+// CommandQuery (what GET /v1/commands filters by) is in fleet/fleet.hpp.
 
 struct JobQuery {
   std::optional<bool> finished;

@@ -68,6 +68,7 @@ class Broker:
             "--accept-rate", str(accept_rate), "--accept-burst", str(accept_burst),
             "--retry-after-min-s", str(retry_after[0]), "--retry-after-max-s", str(retry_after[1]),
             "--log-level", "warn",
+            *bench.state_dir_args(name),
             *(extra or []),
         ]
         self.proc = None

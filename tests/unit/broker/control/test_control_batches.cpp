@@ -30,7 +30,9 @@ FakeFleet fleet_of(std::initializer_list<std::pair<const char*, const char*>> ri
 void finish(FakeFleet& f, const std::string& cmd_id, fleetlink::msg::Status status) {
   CommandView v;
   v.cmd_id = cmd_id;
-  v.state = CommandState::done;
+  v.state = status == fleetlink::msg::Status::ok || status == fleetlink::msg::Status::scheduled
+                ? CommandState::succeeded
+                : CommandState::failed;
   fleetlink::msg::Result res;
   res.status = status;
   v.result = res;

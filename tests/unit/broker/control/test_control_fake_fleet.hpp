@@ -16,29 +16,50 @@ class FakeFleet final : public Fleet {
   std::map<std::string, CommandView, std::less<>> commands;
   std::optional<EnqueueFailure> next_failure;  // returned by the next enqueue, then cleared
   std::vector<std::pair<std::string, StringMap>> enqueued;  // kind, args
+  std::vector<CommandRequest> requests;                      // every request, in full
+  int persisted = 0;                                         // persist() calls
+  bool persist_fails = false;
   std::vector<std::string> reconnected;
   std::vector<std::string> cancelled;   // cmd_ids passed to cancel()
-  bool cancel_accepts = true;           // what cancel() returns for a live command
+  bool cancel_accepts = true;           // false: a cancel is already pending
   std::optional<std::chrono::milliseconds> drain_window;
   bool is_ready = true;
   EventBus bus;
   std::uint64_t next_seq = 1;
 
-  EnqueueOutcome enqueue(std::string_view rig_id, std::string kind, StringMap args) override {
+  EnqueueOutcome enqueue(CommandRequest request) override {
     if (next_failure) {
       EnqueueFailure f = *next_failure;
       next_failure.reset();
       return f;
     }
-    if (rig_map.find(rig_id) == rig_map.end()) {
+    const std::string rig_id = request.rig_id;
+    if (rig_map.find(rig_id) == rig_map.end() && !request.hold) {
       EnqueueFailure f;
       f.error = EnqueueError::unknown_rig;
-      f.rig_id = std::string(rig_id);
-      f.detail = "no live connection for rig " + std::string(rig_id);
+      f.rig_id = rig_id;
+      f.detail = "rig " + rig_id + " has never connected";
       return f;
     }
-    enqueued.emplace_back(kind, args);
-    return EnqueueOk{"cmd-" + std::to_string(next_seq), std::string(rig_id), next_seq++};
+    enqueued.emplace_back(request.kind, request.args);
+    requests.push_back(std::move(request));
+    EnqueueOk ok;
+    ok.cmd_id = "cmd-" + std::to_string(next_seq);
+    ok.rig_id = rig_id;
+    ok.seq = next_seq++;
+    return ok;
+  }
+  Expected<void> persist() override {
+    ++persisted;
+    if (persist_fails) return make_error(Errc::io, "disk full (test)");
+    return {};
+  }
+  std::vector<CommandView> list_commands(const CommandQuery& q) const override {
+    std::vector<CommandView> out;
+    for (auto it = commands.rbegin(); it != commands.rend() && out.size() < q.limit; ++it)
+      if ((q.rig_id.empty() || it->second.rig_id == q.rig_id) && (!q.state || it->second.state == *q.state))
+        out.push_back(it->second);
+    return out;
   }
   std::vector<RigView> rigs() const override {
     std::vector<RigView> out;
@@ -60,10 +81,13 @@ class FakeFleet final : public Fleet {
     reconnected.emplace_back(rig_id);
     return true;
   }
-  bool cancel(std::string_view cmd_id) override {
-    if (commands.find(cmd_id) == commands.end() || !cancel_accepts) return false;
+  CancelOutcome cancel(std::string_view cmd_id) override {
+    const auto it = commands.find(cmd_id);
+    if (it == commands.end()) return CancelOutcome::unknown;
+    if (is_final(it->second.state)) return CancelOutcome::finished;
+    if (!cancel_accepts) return CancelOutcome::pending;
     cancelled.emplace_back(cmd_id);
-    return true;
+    return CancelOutcome::requested;
   }
   void start_drain(std::chrono::milliseconds window) override { drain_window = window; }
   bool draining() const override { return drain_window.has_value(); }

@@ -35,7 +35,15 @@ TEST_CASE("control json: invalid UTF-8 becomes U+FFFD, valid text is untouched")
 }
 
 TEST_CASE("control json: state names") {
-  CHECK(std::string(to_string(CommandState::lost)) == "lost");
+  CHECK(std::string(to_string(CommandState::undeliverable)) == "undeliverable");
+  CHECK(std::string(to_string(CommandState::timed_out)) == "timed_out");
+  for (std::size_t i = 0; i < fleetlink::broker::kCommandStateCount; ++i) {
+    const auto state = static_cast<CommandState>(i);
+    CHECK(fleetlink::broker::command_state_from_string(to_string(state)) == state);
+  }
+  CHECK_FALSE(fleetlink::broker::command_state_from_string("lost").has_value());
+  CHECK(enqueue_failure_status(EnqueueError::conflict) == 409);
+  CHECK(enqueue_failure_status(EnqueueError::store_unavailable) == 503);
   CHECK(std::string(to_string(EnqueueError::rig_unresponsive)) == "rig_unresponsive");
   CHECK(enqueue_failure_status(EnqueueError::unknown_rig) == 404);
   CHECK(enqueue_failure_status(EnqueueError::unsupported_kind) == 422);
@@ -121,5 +129,10 @@ TEST_CASE("control json: text written directly equals the library's dump") {
     CHECK(out == dump_json(nlohmann::ordered_json(s)));
   }
   fleetlink::broker::EnqueueOk ok{"01a00000-0000-7000-8000-000000000001", "rig-\"7\"", 42};
+  CHECK(fleetlink::broker::enqueue_ok_json_text(ok) == dump_json(fleetlink::broker::enqueue_ok_json(ok)));
+  ok.seq = 0;  // held for an offline rig
+  ok.held = true;
+  ok.existing = true;
+  ok.deliver_by_ms = 1'800'000'300'000ULL;
   CHECK(fleetlink::broker::enqueue_ok_json_text(ok) == dump_json(fleetlink::broker::enqueue_ok_json(ok)));
 }

@@ -23,20 +23,28 @@ stream::LineError error_of(std::string_view line) {
 
 TEST_CASE("control stream: a send request with every field") {
   const stream::Request r = stream::parse_line(
-      R"({"op":"send","ref":"r1","rig_id":"rig-0414","kind":"dmesg","args":{"lines":50,"all":true,"s":"x"},"notify":"acked"})");
+      R"({"op":"send","ref":"r1","rig_id":"rig-0414","kind":"dmesg","args":{"lines":50,"all":true,"s":"x"},"notify":"acked",)"
+      R"("cmd_id":"01a00000-0000-7000-8000-000000000001","idempotency_key":"k1","deliver_within_s":5,"timeout_s":9,"hold":true})");
   REQUIRE(std::holds_alternative<stream::SendRequest>(r));
   const auto& s = std::get<stream::SendRequest>(r);
   CHECK(s.ref == "r1");
-  CHECK(s.rig_id == "rig-0414");
-  CHECK(s.kind == "dmesg");
-  CHECK(s.args == fleetlink::StringMap{{"all", "true"}, {"lines", "50"}, {"s", "x"}});
+  CHECK(s.request.rig_id == "rig-0414");
+  CHECK(s.request.kind == "dmesg");
+  CHECK(s.request.args == fleetlink::StringMap{{"all", "true"}, {"lines", "50"}, {"s", "x"}});
+  CHECK(s.request.cmd_id == "01a00000-0000-7000-8000-000000000001");
+  CHECK(s.request.idempotency_key == "k1");
+  CHECK(s.request.deliver_within_s == 5u);
+  CHECK(s.request.timeout_s == 9u);
+  CHECK(s.request.hold);
   CHECK_FALSE(s.until_done);
   // Defaults: no ref, no args, until done.
   const stream::Request dr = stream::parse_line(R"({"op":"send","rig_id":"a","kind":"k"})");
   REQUIRE(std::holds_alternative<stream::SendRequest>(dr));
   const auto& d = std::get<stream::SendRequest>(dr);
   CHECK(d.ref.empty());
-  CHECK(d.args.empty());
+  CHECK(d.request.args.empty());
+  CHECK_FALSE(d.request.deliver_within_s.has_value());
+  CHECK_FALSE(d.request.hold);
   CHECK(d.until_done);
 }
 
@@ -56,6 +64,11 @@ TEST_CASE("control stream: malformed lines are errors that keep the ref when the
   CHECK(error_of(R"({"op":"send","rig_id":"r","kind":"k","args":{"a":{}}})").detail == "\"args.a\" must be a string");
   CHECK(error_of(R"({"op":"send","rig_id":"r","kind":"k","notify":"never"})").detail.find("notify") != std::string::npos);
   CHECK(error_of(std::string(stream::kMaxLineBytes + 1, ' ')).detail.find("line over") == 0);
+  CHECK(error_of(R"({"op":"send","rig_id":"r","kind":"k","timeout_s":-1})").detail.find("timeout_s") != std::string::npos);
+  CHECK(error_of(R"({"op":"send","rig_id":"r","kind":"k","deliver_within_s":"soon"})").detail.find("deliver_within_s") !=
+        std::string::npos);
+  CHECK(error_of(R"({"op":"send","rig_id":"r","kind":"k","hold":"yes"})").detail.find("hold") != std::string::npos);
+  CHECK(error_of(R"({"op":"send","rig_id":"r","kind":"k","cmd_id":7})").detail.find("cmd_id") != std::string::npos);
 }
 
 TEST_CASE("control stream: answer lines are one JSON object each, escaped like the library") {
@@ -67,6 +80,12 @@ TEST_CASE("control stream: answer lines are one JSON object each, escaped like t
   CHECK(qj["op"] == "queued");
   CHECK(qj["ref"] == "r\n1");
   CHECK(qj["seq"] == 9);
+  CHECK(qj["state"] == "queued");
+  ok.seq = 0;
+  ok.held = true;
+  const ordered_json held = ordered_json::parse(stream::queued_line("r", ok));
+  CHECK(held["seq"].is_null());
+  CHECK(held["held"] == true);
 
   fleetlink::broker::EnqueueFailure f;
   f.error = EnqueueError::unknown_rig;
@@ -86,7 +105,6 @@ TEST_CASE("control stream: answer lines are one JSON object each, escaped like t
 TEST_CASE("control stream: which fleet events a stream carries") {
   CHECK(stream::op_for_event(EventType::command_acked) == "acked");
   CHECK(stream::op_for_event(EventType::command_done) == "done");
-  CHECK(stream::op_for_event(EventType::command_nacked) == "nacked");
-  CHECK(stream::op_for_event(EventType::command_lost) == "lost");
+  CHECK(stream::op_for_event(EventType::command_running).empty());
   CHECK(stream::op_for_event(EventType::rig_connected).empty());
 }

@@ -11,6 +11,7 @@
 #include "fleet/fleet_core.hpp"
 #include "fleetlink/codec.hpp"
 #include "fleetlink/uuid.hpp"
+#include "memory_store.hpp"
 #include "store/embedded_registry.hpp"
 
 namespace fleetlink::broker::testing {
@@ -80,16 +81,33 @@ struct CoreFixture {
   FakeTransport transport;
   FleetObserver observer;  // the no-op defaults
   EmbeddedRegistry registry{60000};
+  std::unique_ptr<MemoryStore> store;
   std::unique_ptr<FleetCore> core;
   std::deque<std::unique_ptr<RigSession>> sessions;
   EventLog log;
   int drained = 0;
 
-  explicit CoreFixture(FleetSettings s = {}) : settings(std::move(s)) {
-    core = std::make_unique<FleetCore>(settings, transport, observer, clock, registry, 42);
+  explicit CoreFixture(FleetSettings s = {}, std::shared_ptr<MemoryStore::Shared> shared = {})
+      : settings(std::move(s)) {
+    store = std::make_unique<MemoryStore>(shared ? std::move(shared) : std::make_shared<MemoryStore::Shared>());
+    start_core();
+  }
+  void start_core() {
+    core = std::make_unique<FleetCore>(settings, transport, observer, clock, registry, *store, 42);
+    if (!core->load()) throw std::runtime_error("load failed");
     core->set_transport_ready(true);
     core->on_drained([this] { ++drained; });
     core->events().subscribe(EventTypes::all(), [this](const FleetEvent& e) { log.events.push_back(e); });
+  }
+  // The broker process dies (kill -9: nothing uncommitted survives) and starts
+  // again on the same store; the rigs' connections are gone with it.
+  void crash_and_restart() {
+    core.reset();
+    sessions.clear();
+    transport = FakeTransport{};
+    registry = EmbeddedRegistry{60000};
+    store = std::make_unique<MemoryStore>(store->shared());
+    start_core();
   }
 
   // A new connection; `cn` set: TLS with a certificate for that common name.
@@ -131,10 +149,49 @@ struct CoreFixture {
   // The transport finished a close the core asked for (or the socket went away).
   void closed(RigSession& s) { core->on_closed(s); }
 
-  EnqueueOk enqueue_ok(const std::string& rig_id, const std::string& kind = "dmesg", StringMap args = {}) {
-    EnqueueOutcome o = core->enqueue(rig_id, kind, std::move(args));
+  static CommandRequest request(const std::string& rig_id, const std::string& kind = "dmesg", StringMap args = {}) {
+    CommandRequest r;
+    r.rig_id = rig_id;
+    r.kind = kind;
+    r.args = std::move(args);
+    return r;
+  }
+  EnqueueOutcome enqueue(CommandRequest r) {
+    EnqueueOutcome o = core->enqueue(std::move(r));
+    if (std::holds_alternative<EnqueueOk>(o) && !core->persist()) throw std::runtime_error("persist failed");
+    return o;
+  }
+  // Enqueued and recorded (persist), as the control plane does it.
+  EnqueueOk enqueue_ok(CommandRequest r) {
+    EnqueueOutcome o = enqueue(std::move(r));
     if (auto* f = std::get_if<EnqueueFailure>(&o)) throw std::runtime_error("enqueue refused: " + f->detail);
     return std::get<EnqueueOk>(o);
+  }
+  EnqueueOk enqueue_ok(const std::string& rig_id, const std::string& kind = "dmesg", StringMap args = {}) {
+    return enqueue_ok(request(rig_id, kind, std::move(args)));
+  }
+  EnqueueFailure enqueue_refused(CommandRequest r) {
+    EnqueueOutcome o = core->enqueue(std::move(r));
+    if (!std::holds_alternative<EnqueueFailure>(o)) throw std::runtime_error("enqueue was accepted");
+    return std::get<EnqueueFailure>(o);
+  }
+  CommandState state_of(const std::string& cmd_id) const {
+    const std::optional<CommandView> v = core->command(cmd_id);
+    if (!v) throw std::runtime_error("no command " + cmd_id);
+    return v->state;
+  }
+  static msg::Result result_of(const std::string& cmd_id, msg::Status status = msg::Status::ok) {
+    msg::Result r;
+    r.cmd_id = cmd_id;
+    r.status = status;
+    return r;
+  }
+  // The commands among s's frames, by seq.
+  static std::vector<msg::Command> commands_in(const std::vector<Outgoing>& frames) {
+    std::vector<msg::Command> out;
+    for (const Outgoing& f : frames)
+      if (f.kind == OutboundKind::command) out.push_back(std::get<msg::Command>(f.message));
+    return out;
   }
 };
 

@@ -130,27 +130,46 @@ TEST_CASE("commands: seq from 1 per connection, written in seq order, most urgen
   const EnqueueOk third = f.enqueue_ok("rig-1");
   CHECK(third.seq == 3);
   CHECK(f.transport.direct.size() == 3);  // a command is written at once when nothing is buffered
-  // A ping and a cancel jump the queue; commands keep their order.
-  s.outbound.ping = true;
-  REQUIRE(f.core->cancel(third.cmd_id));
   std::vector<Outgoing> out = f.frames(s);
-  REQUIRE(out.size() == 5);
+  REQUIRE(out.size() == 3);
+  CHECK(seq_of(out[0]) == 1);
+  CHECK(seq_of(out[1]) == 2);
+  CHECK(seq_of(out[2]) == 3);
+  CHECK(std::get<msg::Command>(out[2].message).cmd_id == third.cmd_id);
+  // A ping and a cancel jump the queue; commands keep their order.
+  const EnqueueOk fourth = f.enqueue_ok("rig-1");
+  const EnqueueOk fifth = f.enqueue_ok("rig-1");
+  s.outbound.ping = true;
+  REQUIRE(f.core->cancel(third.cmd_id) == CancelOutcome::requested);
+  out = f.frames(s);
+  REQUIRE(out.size() == 4);
   CHECK(out[0].kind == OutboundKind::ping);
   CHECK(out[1].kind == OutboundKind::cancel);
   CHECK(std::get<msg::Cancel>(out[1].message).cmd_id == third.cmd_id);
-  CHECK(seq_of(out[2]) == 1);
-  CHECK(seq_of(out[3]) == 2);
-  CHECK(seq_of(out[4]) == 3);
-  CHECK(std::get<msg::Command>(out[4].message).cmd_id == third.cmd_id);
+  CHECK(std::get<msg::Command>(out[2].message).cmd_id == fourth.cmd_id);
+  CHECK(seq_of(out[2]) == 4);
+  CHECK(std::get<msg::Command>(out[3].message).cmd_id == fifth.cmd_id);
   CHECK_FALSE(f.core->has_more_to_write(s));
-  // A reconnect starts again at seq 1.
-  f.core->force_reconnect("rig-1");
-  f.closed(s);
-  f.live_rig("rig-1");
-  CHECK(f.enqueue_ok("rig-1").seq == 1);
 }
 
-TEST_CASE("commands: queued -> sent -> acked -> running -> done, each step timed") {
+TEST_CASE("commands: nothing is written before the store has it") {
+  CoreFixture f;
+  RigSession& s = f.live_rig("rig-1");
+  EnqueueOutcome o = f.core->enqueue(CoreFixture::request("rig-1"));
+  REQUIRE(std::holds_alternative<EnqueueOk>(o));
+  const std::string id = std::get<EnqueueOk>(o).cmd_id;
+  CHECK(f.frames(s).empty());
+  CHECK_FALSE(f.core->has_more_to_write(s));
+  CHECK_FALSE(f.store->stored(id).has_value());
+  REQUIRE(f.core->persist());
+  CHECK(f.store->stored(id)->state == CommandState::queued);
+  CHECK(f.transport.direct.size() == 1);  // written at once once recorded
+  const std::vector<msg::Command> cmds = CoreFixture::commands_in(f.frames(s));
+  REQUIRE(cmds.size() == 1);
+  CHECK(cmds[0].cmd_id == id);
+}
+
+TEST_CASE("commands: queued -> sent -> acked -> running -> succeeded, each step timed") {
   CoreFixture f;
   RigSession& s = f.live_rig("rig-1");
   const EnqueueOk ok = f.enqueue_ok("rig-1", "dmesg", {{"lines", "5"}});
@@ -169,6 +188,7 @@ TEST_CASE("commands: queued -> sent -> acked -> running -> done, each step timed
   CHECK(f.core->rig("rig-1")->unacked.empty());
   f.send(s, msg::OutputChunk{ok.cmd_id, 0, Bytes{'h', 'i', '\n'}});
   CHECK(f.core->command(ok.cmd_id)->state == CommandState::running);
+  CHECK(f.core->command(ok.cmd_id)->running_at_ms == f.clock.wall);
   CHECK(f.core->command(ok.cmd_id)->streamed_output == "hi\n");
   f.clock.advance(5);
   msg::Result r;
@@ -177,16 +197,51 @@ TEST_CASE("commands: queued -> sent -> acked -> running -> done, each step timed
   r.output = Bytes{'h', 'i', '\n'};
   f.send(s, r);
   const CommandView v = *f.core->command(ok.cmd_id);
-  CHECK(v.state == CommandState::done);
+  CHECK(v.state == CommandState::succeeded);
   CHECK(v.finished_at_ms == f.clock.wall);
+  CHECK(v.attempts == 1);
   REQUIRE(v.result);
   CHECK(v.result->status == msg::Status::ok);
   CHECK(f.log.types() == std::vector<EventType>{EventType::rig_connected, EventType::command_acked,
-                                                EventType::command_done});
-  CHECK(f.log.events.back().detail == "ok");
+                                                EventType::command_running, EventType::command_done});
+  CHECK(f.log.events.back().detail == "succeeded");
+  // Every step is in the store (committed at the next interval).
+  f.clock.advance(f.settings.store_commit_interval_ms);
+  f.core->commit_if_due();
+  const std::optional<CommandView> stored = f.store->stored(ok.cmd_id);
+  REQUIRE(stored);
+  CHECK(stored->state == CommandState::succeeded);
+  CHECK(stored->acked_at_ms == v.acked_at_ms);
+  REQUIRE(stored->result);
+  CHECK(stored->result->output == Bytes{'h', 'i', '\n'});
 }
 
-TEST_CASE("commands: a NACK ends the command nacked; an answer for an unknown seq changes nothing") {
+TEST_CASE("commands: each RESULT status is its final state") {
+  struct Case {
+    msg::Status status;
+    bool interrupted;
+    CommandState state;
+  };
+  for (const Case c : {Case{msg::Status::ok, false, CommandState::succeeded},
+                       Case{msg::Status::failed, false, CommandState::failed},
+                       Case{msg::Status::failed, true, CommandState::interrupted},
+                       Case{msg::Status::cancelled, false, CommandState::cancelled},
+                       Case{msg::Status::timeout, false, CommandState::timed_out},
+                       Case{msg::Status::scheduled, false, CommandState::succeeded},
+                       Case{msg::Status::duplicate, false, CommandState::failed}}) {
+    CoreFixture f;
+    RigSession& s = f.live_rig("rig-1");
+    const EnqueueOk ok = f.enqueue_ok("rig-1");
+    f.frames(s);
+    f.send(s, msg::Ack{ok.seq, ok.cmd_id, false});
+    msg::Result r = CoreFixture::result_of(ok.cmd_id, c.status);
+    r.interrupted = c.interrupted;
+    f.send(s, r);
+    CHECK(f.state_of(ok.cmd_id) == c.state);
+  }
+}
+
+TEST_CASE("commands: a NACK ends the command rejected; an answer for an unknown seq changes nothing") {
   CoreFixture f;
   RigSession& s = f.live_rig("rig-1");
   const EnqueueOk ok = f.enqueue_ok("rig-1");
@@ -195,11 +250,12 @@ TEST_CASE("commands: a NACK ends the command nacked; an answer for an unknown se
   CHECK(f.core->command(ok.cmd_id)->state == CommandState::sent);
   f.send(s, msg::Nack{ok.seq, ok.cmd_id, msg::NackReason::not_allowed, "policy", 0});
   const CommandView v = *f.core->command(ok.cmd_id);
-  CHECK(v.state == CommandState::nacked);
+  CHECK(v.state == CommandState::rejected);
+  CHECK(v.detail == "not_allowed: policy");
   REQUIRE(v.nack);
   CHECK(v.nack->reason == msg::NackReason::not_allowed);
-  CHECK(f.log.events.back().type == EventType::command_nacked);
-  CHECK(f.log.events.back().detail == "not_allowed");
+  CHECK(f.log.events.back().type == EventType::command_done);
+  CHECK(f.log.events.back().detail == "rejected");
   CHECK(s.outbox.size() == 0);
 }
 
@@ -213,11 +269,13 @@ TEST_CASE("commands: a RESULT without an ACK settles the command (also after OUT
   msg::Result r;
   r.cmd_id = ok.cmd_id;
   f.send(s, r);
-  CHECK(f.core->command(ok.cmd_id)->state == CommandState::done);
+  CHECK(f.core->command(ok.cmd_id)->state == CommandState::succeeded);
   CHECK(s.outbox.size() == 0);
   f.core->force_reconnect("rig-1");
   f.closed(s);
-  CHECK(f.core->command(ok.cmd_id)->state == CommandState::done);  // not lost
+  RigSession& again = f.live_rig("rig-1");
+  CHECK(f.frames(again).empty());  // finished: nothing to send again
+  CHECK(f.core->command(ok.cmd_id)->state == CommandState::succeeded);
 }
 
 TEST_CASE("commands: a RESULT of another rig's command is refused") {
@@ -232,20 +290,34 @@ TEST_CASE("commands: a RESULT of another rig's command is refused") {
   CHECK(f.core->command(ok.cmd_id)->state == CommandState::sent);
 }
 
-TEST_CASE("commands: the connection ends before the ACK -> lost, never retransmitted") {
+TEST_CASE("commands: the connection ends before the ACK -> sent again on the next one, same cmd_id, new seq") {
   CoreFixture f;
   RigSession& s = f.live_rig("rig-1");
-  const EnqueueOk sent = f.enqueue_ok("rig-1");
+  const EnqueueOk first = f.enqueue_ok("rig-1");
+  const EnqueueOk second = f.enqueue_ok("rig-1");
   f.frames(s);
-  const EnqueueOk queued = f.enqueue_ok("rig-1");
-  s.peer_close_code = 0;
+  f.send(s, msg::Ack{first.seq, first.cmd_id, false});  // the first one is the rig's now
+  s.outbound = {};
+  const EnqueueOk third = f.enqueue_ok("rig-1");          // in the outbox, not written yet
   f.closed(s);
-  CHECK(f.core->command(sent.cmd_id)->state == CommandState::lost);
-  CHECK(f.core->command(queued.cmd_id)->state == CommandState::lost);
-  CHECK_FALSE(f.core->rig("rig-1"));
+  CHECK(f.state_of(second.cmd_id) == CommandState::sent);
+  CHECK(f.state_of(third.cmd_id) == CommandState::queued);
+  CHECK(f.core->rig("rig-1")->state == "offline");
   const std::vector<EventType> types = f.log.types();
-  CHECK(std::count(types.begin(), types.end(), EventType::command_lost) == 2);
   CHECK(std::count(types.begin(), types.end(), EventType::rig_disconnected) == 1);
+  CHECK(std::count(types.begin(), types.end(), EventType::command_done) == 0);
+  // The same agent process again: the unacknowledged ones, in order, with new seqs,
+  // and the acknowledged one too (its result may have been lost with the broker).
+  RigSession& again = f.live_rig("rig-1", s.boot_id.to_string());
+  const std::vector<msg::Command> cmds = CoreFixture::commands_in(f.frames(again));
+  REQUIRE(cmds.size() == 3);
+  CHECK(cmds[0].cmd_id == first.cmd_id);
+  CHECK(cmds[1].cmd_id == second.cmd_id);
+  CHECK(cmds[2].cmd_id == third.cmd_id);
+  CHECK(cmds[0].seq == 1);
+  CHECK(cmds[1].seq == 2);
+  CHECK(cmds[2].seq == 3);
+  CHECK(f.core->command(second.cmd_id)->attempts == 2);
 }
 
 TEST_CASE("enqueue: a full outbox is refused rig_unresponsive with the contract's detail") {
@@ -259,7 +331,7 @@ TEST_CASE("enqueue: a full outbox is refused rig_unresponsive with the contract'
   f.send(s, msg::Ack{first.seq, first.cmd_id, false});
   f.enqueue_ok("rig-1");
   f.clock.advance(47'000);
-  EnqueueOutcome o = f.core->enqueue("rig-1", "dmesg", {});
+  EnqueueOutcome o = f.core->enqueue(CoreFixture::request("rig-1"));
   REQUIRE(std::holds_alternative<EnqueueFailure>(o));
   const auto& failure = std::get<EnqueueFailure>(o);
   CHECK(failure.error == EnqueueError::rig_unresponsive);
@@ -272,8 +344,8 @@ TEST_CASE("enqueue: a full outbox is refused rig_unresponsive with the contract'
 TEST_CASE("enqueue: unknown rig, unsupported kind, draining, and the SDK's own argument rules") {
   CoreFixture f;
   f.live_rig("rig-1");
-  auto error_of = [&](std::string_view rig, std::string kind, StringMap args = {}) {
-    EnqueueOutcome o = f.core->enqueue(rig, std::move(kind), std::move(args));
+  auto error_of = [&](std::string rig, std::string kind, StringMap args = {}) {
+    EnqueueOutcome o = f.core->enqueue(CoreFixture::request(rig, kind, std::move(args)));
     REQUIRE(std::holds_alternative<EnqueueFailure>(o));
     return std::get<EnqueueFailure>(o);
   };
@@ -288,7 +360,8 @@ TEST_CASE("enqueue: unknown rig, unsupported kind, draining, and the SDK's own a
   for (std::size_t i = 0; i <= kMaxMapEntries; ++i) many["k" + std::to_string(i)] = "v";
   CHECK(error_of("rig-1", "dmesg", many).error == EnqueueError::bad_request);
   // Values up to the SDK's limit pass (the limit is per value, as the rig decodes them).
-  CHECK(std::holds_alternative<EnqueueOk>(f.core->enqueue("rig-1", "dmesg", {{"k", std::string(kMaxMapValueBytes, 'x')}})));
+  CHECK(std::holds_alternative<EnqueueOk>(
+      f.core->enqueue(CoreFixture::request("rig-1", "dmesg", {{"k", std::string(kMaxMapValueBytes, 'x')}}))));
   f.core->start_drain(std::chrono::milliseconds(100));
   CHECK(error_of("rig-1", "dmesg").error == EnqueueError::draining);
 }
@@ -318,7 +391,7 @@ TEST_CASE("keepalive: pings on the interval, 4002 after max_missed pongs in a ro
   tick(600);
   REQUIRE(f.transport.close_of(s));
   CHECK(f.transport.close_of(s)->code == CloseCode::keepalive_timeout);
-  CHECK_FALSE(f.core->rig("rig-1"));
+  CHECK(f.core->rig("rig-1")->state == "offline");
 }
 
 TEST_CASE("drain: GOAWAY after the commands, delays within the window; hello-less connections closed 1001") {
@@ -479,23 +552,25 @@ TEST_CASE("frame errors: input after a close was asked for is ignored") {
   REQUIRE(f.transport.close_of(s));
   CHECK(f.transport.close_of(s)->code == CloseCode::forced_reconnect);
   f.send(s, msg::Ack{ok.seq, ok.cmd_id, false});
-  CHECK(f.core->command(ok.cmd_id)->state == CommandState::lost);
+  CHECK(f.core->command(ok.cmd_id)->state == CommandState::sent);  // waits for the next connection
   CHECK_FALSE(f.core->next_frame(s).has_value());
 }
 
-TEST_CASE("cancel: only for a command in flight on a connected rig, at most once at a time") {
+TEST_CASE("cancel: CANCEL for a command at its rig, at most once; finished ones are not cancelled") {
   CoreFixture f;
   RigSession& s = f.live_rig("rig-1");
   const EnqueueOk ok = f.enqueue_ok("rig-1");
   f.frames(s);
-  CHECK_FALSE(f.core->cancel("no-such-command"));
-  CHECK(f.core->cancel(ok.cmd_id));
-  CHECK_FALSE(f.core->cancel(ok.cmd_id));  // already pending
+  CHECK(f.core->cancel(uuid_v7().to_string()) == CancelOutcome::unknown);
+  CHECK(f.core->cancel(ok.cmd_id) == CancelOutcome::requested);
+  CHECK(f.core->cancel(ok.cmd_id) == CancelOutcome::pending);
   std::vector<Outgoing> out = f.frames(s);
   REQUIRE(out.size() == 1);
   CHECK(out[0].kind == OutboundKind::cancel);
-  f.send(s, msg::Nack{ok.seq, ok.cmd_id, msg::NackReason::busy, "", 0});
-  CHECK_FALSE(f.core->cancel(ok.cmd_id));  // finished
+  f.send(s, msg::Ack{ok.seq, ok.cmd_id, false});
+  f.send(s, CoreFixture::result_of(ok.cmd_id, msg::Status::cancelled));
+  CHECK(f.state_of(ok.cmd_id) == CommandState::cancelled);
+  CHECK(f.core->cancel(ok.cmd_id) == CancelOutcome::finished);
 }
 
 TEST_CASE("events: nobody listening, nothing is built; a command subscription sees only its command") {

@@ -84,9 +84,9 @@ TEST_CASE("command table: bounded, evicts oldest finished, keeps in-flight") {
     t.insert(v);
   };
   add("inflight", CommandState::sent);
-  add("done1", CommandState::done);
-  add("done2", CommandState::done);
-  add("done3", CommandState::lost);
+  add("done1", CommandState::succeeded);
+  add("done2", CommandState::succeeded);
+  add("done3", CommandState::failed);
   CHECK(t.size() == 3);
   CHECK(t.find("inflight"));
   CHECK_FALSE(t.find("done1"));
@@ -106,15 +106,42 @@ TEST_CASE("command table: evicts in finish order, never a command in flight") {
   add("c");
   add("d");
   CHECK(t.size() == 4);  // all in flight: over capacity, nothing evictable
-  t.finish(*t.find("c"), CommandState::done);
-  t.finish(*t.find("a"), CommandState::lost);
-  CHECK(t.find("c")->state == CommandState::done);  // finish never evicts
+  t.finish(*t.find("c"), CommandState::succeeded);
+  t.finish(*t.find("a"), CommandState::failed);
+  CHECK(t.find("c")->state == CommandState::succeeded);  // finish never evicts
   add("e");  // 5 > 2: c then a go (finish order); b, d, e are in flight
   CHECK_FALSE(t.find("c"));
   CHECK_FALSE(t.find("a"));
   CHECK(t.find("b"));
   CHECK(t.find("d"));
   CHECK(t.find("e"));
+}
+
+TEST_CASE("command table: each rig's open commands in order, and the idempotency keys") {
+  CommandTable t(10);
+  auto add = [&](const std::string& id, const std::string& rig, const std::string& key = {}) {
+    CommandView v;
+    v.cmd_id = id;
+    v.rig_id = rig;
+    v.idempotency_key = key;
+    return t.insert(v);
+  };
+  add("a", "rig-1", "k-a");
+  add("b", "rig-2");
+  add("c", "rig-1");
+  REQUIRE(t.open_of("rig-1").size() == 2);
+  CHECK(t.open_of("rig-1")[0]->cmd_id == "a");
+  CHECK(t.open_of("rig-1")[1]->cmd_id == "c");
+  CHECK(t.open_of("rig-3").empty());
+  CHECK(t.open_count() == 3);
+  CHECK(t.find_by_key("k-a") == t.find("a"));
+  t.finish(*t.find("a"), CommandState::succeeded);
+  REQUIRE(t.open_of("rig-1").size() == 1);
+  CHECK(t.open_of("rig-1")[0]->cmd_id == "c");
+  CHECK(t.find_by_key("k-a") == t.find("a"));  // finished, still known by its key until evicted
+  t.erase("c");
+  CHECK(t.open_of("rig-1").empty());
+  CHECK(t.open_count() == 1);
 }
 
 TEST_CASE("command table: a fleet-wide fan-out stays linear and bounded") {
@@ -132,7 +159,7 @@ TEST_CASE("command table: a fleet-wide fan-out stays linear and bounded") {
       t.insert(v);
     }
     CHECK(t.size() >= 5000);
-    for (const std::string& id : ids) t.finish(*t.find(id), CommandState::done);
+    for (const std::string& id : ids) t.finish(*t.find(id), CommandState::succeeded);
   }
   CommandView last;
   last.cmd_id = "last";

@@ -1,0 +1,489 @@
+// The command record's side of the fleet core: creating commands (record first,
+// then send), delivering a rig's open commands on each new connection (at least
+// once, under one cmd_id), the deadlines, cancel, and the store behind it all.
+#include <algorithm>
+#include <cctype>
+
+#include "fleet/command_defaults.hpp"
+#include "fleet/fleet_core.hpp"
+#include "fleet/lifecycle.hpp"
+#include "fleetlink/codec.hpp"
+#include "fleetlink/uuid.hpp"
+
+namespace fleetlink::broker {
+
+namespace {
+
+constexpr std::size_t kMaxIdempotencyKeyBytes = 128;
+constexpr std::size_t kMaxCancelsPerSession = 64;
+
+bool printable_key(std::string_view key) noexcept {
+  return !key.empty() && key.size() <= kMaxIdempotencyKeyBytes &&
+         std::all_of(key.begin(), key.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+}
+
+std::string seconds(std::uint32_t s) { return std::to_string(s) + " s"; }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------
+// the store
+
+Expected<std::vector<JobRecord>> FleetCore::load() {
+  Expected<StoreSnapshot> snapshot = store_.load();
+  if (!snapshot) return snapshot.error();
+  const std::uint64_t now = clock_.wall_ms();
+  for (CommandView& v : snapshot->open_commands) {
+    v.recorded = true;
+    v.in_outbox = false;
+    CommandView* placed = commands_.insert(std::move(v));
+    if (!placed) continue;
+    if (placed->state == CommandState::queued || placed->state == CommandState::sent)
+      deadlines_.add(placed->deliver_by_ms, DeadlineKind::deliver, placed->cmd_id);
+    else if (placed->acked_at_ms)
+      deadlines_.add(*placed->acked_at_ms + std::uint64_t{placed->timeout_s} * 1000, DeadlineKind::execute,
+                     placed->cmd_id);
+    if (placed->cancel_requested_at_ms) deadlines_.add(now + settings_.cancel_grace_ms, DeadlineKind::cancel, placed->cmd_id);
+  }
+  for (RigRecord& r : snapshot->rigs) {
+    std::string id = r.rig_id;
+    offline_.insert_or_assign(std::move(id), std::move(r));
+  }
+  foreign_seen_ = store_.foreign_writes();
+  last_commit_ms_ = now;
+  return std::move(snapshot->open_jobs);
+}
+
+Expected<void> FleetCore::commit() {
+  Expected<void> r = store_.commit();
+  last_commit_ms_ = clock_.wall_ms();
+  if (!r) observer_.store_failed(r.error());
+  return r;
+}
+
+Expected<void> FleetCore::persist() {
+  if (uncommitted_.empty()) return store_.pending() ? commit() : Expected<void>{};
+  std::vector<std::string> created;
+  created.swap(uncommitted_);
+  Expected<void> r = commit();
+  // Sessions with a newly recorded command to write, each once.
+  std::vector<RigSession*> kick;
+  for (const std::string& id : created) {
+    CommandView* v = commands_.find(id);
+    if (!v) continue;
+    if (!r) {
+      // Not recorded, so never sent: withdrawn, and said so (its caller answers
+      // store_unavailable). The store keeps the failed writes for its next commit,
+      // which then records this end too.
+      withdraw(*v);
+      v->recorded = true;
+      end(*v, CommandState::undeliverable,
+          "the command store could not record it (" + r.error().detail + "): it was never sent");
+      continue;
+    }
+    v->recorded = true;
+    if (RigSession* s = registry_.find(v->rig_id); s && v->in_outbox &&
+        std::find(kick.begin(), kick.end(), s) == kick.end())
+      kick.push_back(s);
+  }
+  for (RigSession* s : kick) transport_.write_now(*s);
+  return r;
+}
+
+void FleetCore::commit_if_due() {
+  if (!uncommitted_.empty()) {
+    (void)persist();  // a caller that did not persist its commands: they go now
+    return;
+  }
+  if (store_.pending() && clock_.wall_ms() - last_commit_ms_ >= settings_.store_commit_interval_ms) (void)commit();
+}
+
+void FleetCore::flush_store() {
+  if (!uncommitted_.empty()) (void)persist();
+  if (store_.pending()) (void)commit();
+}
+
+void FleetCore::record(const CommandView& v, bool with_result) { store_.put_command(v, with_result); }
+
+// ---------------------------------------------------------------------------------
+// finding commands
+
+CommandView* FleetCore::adopt(CommandView record) {
+  record.recorded = true;
+  record.in_outbox = false;
+  if (CommandView* mine = commands_.find(record.cmd_id)) {
+    // Another broker wrote it since: its later step wins, this broker's hands stay.
+    if (lifecycle::rank(record.state) <= lifecycle::rank(mine->state)) return mine;
+    const bool in_outbox = mine->in_outbox;
+    const CommandState later = record.state;
+    record.state = mine->state;  // finish() below moves it out of the open list
+    *mine = std::move(record);
+    mine->in_outbox = in_outbox;
+    if (is_final(later)) commands_.finish(*mine, later);
+    else mine->state = later;
+    return mine;
+  }
+  CommandView* placed = commands_.insert(std::move(record));
+  if (placed && !is_final(placed->state)) {
+    if (placed->state == CommandState::queued || placed->state == CommandState::sent)
+      deadlines_.add(placed->deliver_by_ms, DeadlineKind::deliver, placed->cmd_id);
+    else if (placed->acked_at_ms)
+      deadlines_.add(*placed->acked_at_ms + std::uint64_t{placed->timeout_s} * 1000, DeadlineKind::execute,
+                     placed->cmd_id);
+  }
+  return placed;
+}
+
+CommandView* FleetCore::find_command(std::string_view cmd_id) {
+  if (CommandView* v = commands_.find(cmd_id)) return v;
+  std::optional<CommandView> found;
+  store_.find(cmd_id, [&](std::optional<CommandView> v) { found = std::move(v); });
+  return found ? adopt(std::move(*found)) : nullptr;
+}
+
+std::optional<CommandView> FleetCore::command(std::string_view cmd_id) const {
+  if (const CommandView* v = commands_.find(cmd_id)) return *v;
+  std::optional<CommandView> found;
+  store_.find(cmd_id, [&](std::optional<CommandView> v) { found = std::move(v); });
+  return found;
+}
+
+bool FleetCore::read_command(std::string_view cmd_id, const std::function<void(const CommandView&)>& read) const {
+  if (const CommandView* v = commands_.find(cmd_id)) {
+    read(*v);
+    return true;
+  }
+  const std::optional<CommandView> v = command(cmd_id);
+  if (v) read(*v);
+  return v.has_value();
+}
+
+std::vector<CommandView> FleetCore::list_commands(const CommandQuery& query) const {
+  std::vector<CommandView> out;
+  if (store_.durable()) {
+    store_.list_commands(query, [&](std::vector<CommandView> found) { out = std::move(found); });
+    for (CommandView& v : out)  // memory knows the steps not committed yet
+      if (const CommandView* mine = commands_.find(v.cmd_id)) v = *mine;
+    if (!query.state) return out;
+    std::erase_if(out, [&](const CommandView& v) { return v.state != *query.state; });
+    return out;
+  }
+  // Nothing is stored: what memory holds is the history.
+  commands_.for_each([&](const CommandView& v) {
+    if (!query.rig_id.empty() && v.rig_id != query.rig_id) return;
+    if (query.state && v.state != *query.state) return;
+    if (!query.job_id.empty() && v.job_id != query.job_id) return;
+    if (v.enqueued_at_ms < query.since_ms) return;
+    if (!query.before_cmd_id.empty() && v.cmd_id >= query.before_cmd_id) return;
+    out.push_back(v);
+  });
+  std::sort(out.begin(), out.end(), [](const CommandView& a, const CommandView& b) { return a.cmd_id > b.cmd_id; });
+  if (out.size() > query.limit) out.resize(query.limit);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------
+// creating a command
+
+std::optional<EnqueueFailure> FleetCore::refuse_existing(const CommandView& existing, const CommandRequest& r) const {
+  if (existing.rig_id == r.rig_id && existing.kind == r.kind && existing.args == r.args) return std::nullopt;
+  EnqueueFailure f;
+  f.error = EnqueueError::conflict;
+  f.rig_id = r.rig_id;
+  f.cmd_id = existing.cmd_id;
+  f.detail = "command " + existing.cmd_id + " (" + existing.kind + " for " + existing.rig_id +
+             ") already has this " + (r.cmd_id.empty() ? "idempotency_key" : "cmd_id");
+  return f;
+}
+
+EnqueueOutcome FleetCore::enqueue(CommandRequest req) {
+  auto fail = [&](EnqueueError e, std::string detail) -> EnqueueOutcome {
+    EnqueueFailure f;
+    f.error = e;
+    f.rig_id = req.rig_id;
+    f.detail = std::move(detail);
+    observer_.enqueue_refused(f);
+    return f;
+  };
+  if (drain_.active) return fail(EnqueueError::draining, "broker " + settings_.broker_id + " is draining");
+  if (!store_.up()) return fail(EnqueueError::store_unavailable, "the command store is not available");
+  // The SDK's own rules for a COMMAND (kind, args), so that what the broker accepts
+  // is exactly what a rig can decode; then the frame must fit the rig's limit.
+  const std::string cmd_id = req.cmd_id.empty() ? uuid_v7().to_string() : req.cmd_id;
+  Message command{msg::Command{1, cmd_id, req.kind, req.args, 0}};
+  if (Expected<void> valid = validate(command); !valid) return fail(EnqueueError::bad_request, valid.error().detail);
+  if (!req.cmd_id.empty() && parse_uuid(req.cmd_id)->to_string() != req.cmd_id)
+    return fail(EnqueueError::bad_request, "cmd_id: must be a UUID in lower case");
+  std::size_t arg_bytes = 0;
+  for (const auto& [k, v] : req.args) arg_bytes += k.size() + v.size();
+  if (arg_bytes + req.kind.size() + 256 > settings_.max_frame_bytes)
+    return fail(EnqueueError::bad_request,
+                "args larger than the rigs' frame limit (" + std::to_string(settings_.max_frame_bytes) + " bytes)");
+  if (!req.idempotency_key.empty() && !printable_key(req.idempotency_key))
+    return fail(EnqueueError::bad_request, "idempotency_key: 1.." + std::to_string(kMaxIdempotencyKeyBytes) +
+                                               " printable ASCII characters");
+  const CommandDeadlines defaults = default_deadlines(req.kind);
+  const std::uint32_t deliver_within_s = req.deliver_within_s.value_or(defaults.deliver_within_s);
+  const std::uint32_t timeout_s = req.timeout_s.value_or(defaults.timeout_s);
+  if (deliver_within_s == 0 || deliver_within_s > kMaxDeadlineS || timeout_s == 0 || timeout_s > kMaxDeadlineS)
+    return fail(EnqueueError::bad_request,
+                "deliver_within_s and timeout_s: 1.." + std::to_string(kMaxDeadlineS) + " seconds");
+
+  // A command the client already named: that one, never a second.
+  const CommandView* existing = nullptr;
+  if (!req.cmd_id.empty()) existing = find_command(req.cmd_id);
+  if (!existing && !req.idempotency_key.empty()) {
+    existing = commands_.find_by_key(req.idempotency_key);
+    if (!existing) {
+      std::optional<CommandView> stored;
+      store_.find_by_key(req.idempotency_key, [&](std::optional<CommandView> v) { stored = std::move(v); });
+      if (stored) existing = adopt(std::move(*stored));
+    }
+  }
+  if (existing) {
+    if (auto conflict = refuse_existing(*existing, req)) {
+      observer_.enqueue_refused(*conflict);
+      return *conflict;
+    }
+    return EnqueueOk{existing->cmd_id, existing->rig_id, existing->seq,      existing->state,
+                     true,             !registry_.find(existing->rig_id), existing->deliver_by_ms};
+  }
+
+  RigSession* s = registry_.find(req.rig_id);
+  const auto offline = offline_.find(req.rig_id);
+  const bool known = s != nullptr || offline != offline_.end();
+  if (!known && !req.hold)
+    return fail(EnqueueError::unknown_rig, "rig " + req.rig_id + " has never connected (\"hold\": true holds the "
+                                           "command until it does, up to deliver_within_s)");
+  const std::vector<std::string>* kinds = s ? s->kinds : known ? &offline->second.kinds : nullptr;
+  if (kinds && !kinds->empty() && std::find(kinds->begin(), kinds->end(), req.kind) == kinds->end())
+    return fail(EnqueueError::unsupported_kind, "rig " + req.rig_id + " does not run '" + req.kind + "'");
+  const std::uint64_t now = clock_.wall_ms();
+  if (s) {
+    const std::size_t waiting = s->outbox.size() + (s->backlog ? s->backlog->size() : 0);
+    if (waiting >= settings_.outbox_capacity) {
+      EnqueueFailure f;
+      f.error = EnqueueError::rig_unresponsive;
+      f.rig_id = s->rig_id;
+      const std::uint64_t oldest = s->outbox.entries().empty() ? now : s->outbox.entries().front().enqueued_ms;
+      f.detail = outbox_full_detail(waiting, settings_.outbox_capacity, now > oldest ? now - oldest : 0);
+      f.last_ack_seq = s->outbox.last_ack_seq();
+      f.last_ack_at_ms = s->outbox.last_ack_at_ms();
+      f.suggested_action = "force_reconnect";
+      observer_.enqueue_refused(f);
+      return f;
+    }
+  } else {
+    std::size_t held = 0;
+    for (const CommandView* c : commands_.open_of(req.rig_id))
+      if (c->state == CommandState::queued || c->state == CommandState::sent) ++held;
+    if (held >= settings_.outbox_capacity)
+      return fail(EnqueueError::rig_unresponsive, "rig " + req.rig_id + " is not connected and already has " +
+                                                      std::to_string(held) + " commands held for it");
+  }
+
+  CommandView v;
+  v.cmd_id = cmd_id;
+  v.rig_id = req.rig_id;
+  v.kind = std::move(req.kind);
+  v.args = std::move(req.args);
+  v.idempotency_key = std::move(req.idempotency_key);
+  v.job_id = std::move(req.job_id);
+  v.state = CommandState::queued;
+  v.enqueued_at_ms = now;
+  v.deliver_by_ms = now + std::uint64_t{deliver_within_s} * 1000;
+  v.timeout_s = timeout_s;
+  CommandView* placed = commands_.insert(std::move(v));
+  if (!placed) return fail(EnqueueError::bad_request, "cmd_id: not a UUID");
+  deadlines_.add(placed->deliver_by_ms, DeadlineKind::deliver, placed->cmd_id);
+  record(*placed);
+  uncommitted_.push_back(placed->cmd_id);
+  EnqueueOk ok{placed->cmd_id, placed->rig_id, 0, CommandState::queued, false, s == nullptr, placed->deliver_by_ms};
+  if (s) {
+    if (!s->backlog || s->backlog->empty()) {
+      std::uint64_t seq = 0;
+      (void)s->outbox.enqueue(placed->cmd_id, now, settings_.outbox_capacity, &seq);
+      s->outbox.set_view(seq, placed);
+      placed->in_outbox = true;
+      ok.seq = seq;
+    } else {
+      s->backlog->push_back(placed);
+    }
+    observer_.command_enqueued(*s, *placed, s->outbox.size());
+  }
+  return ok;
+}
+
+// ---------------------------------------------------------------------------------
+// delivery on a rig's connection
+
+void FleetCore::deliver_open(RigSession& s) {
+  // Brokers sharing the store: another one may hold commands for this rig.
+  if (const std::uint64_t foreign = store_.foreign_writes(); foreign != foreign_seen_) {
+    foreign_seen_ = foreign;
+    store_.open_commands_of(s.rig_id, [&](std::vector<CommandView> records) {
+      for (CommandView& r : records) adopt(std::move(r));
+    });
+  }
+  const std::string boot = s.boot_id.to_string();
+  const std::uint64_t now = clock_.wall_ms();
+  const std::vector<CommandView*> open = commands_.open_of(s.rig_id);  // a copy: ends change the list
+  for (CommandView* v : open) {
+    if (v->in_outbox || !v->recorded) continue;
+    if (v->cancel_requested_at_ms || (v->state == CommandState::sent && now >= v->deliver_by_ms)) {
+      // Whether the rig ever had it is the rig's to say: a CANCEL asks (its answer
+      // is the stored RESULT, interrupted, or "never received").
+      queue_cancel(s, *v);
+      continue;
+    }
+    switch (v->state) {
+      case CommandState::queued:
+      case CommandState::sent:
+        if (!s.backlog) s.backlog = std::make_unique<std::deque<CommandView*>>();
+        s.backlog->push_back(v);
+        break;
+      case CommandState::acked:
+      case CommandState::running:
+        if (lifecycle::awaits_new_boot(*v)) {
+          if (v->acked_boot_id != boot) end(*v, CommandState::succeeded, "the rig came back with boot_id " + boot);
+        } else if (v->acked_boot_id == boot) {
+          // The same agent process: sent again, its dedup answers with the result a
+          // broker crash may have lost (or the result comes when it finishes).
+          if (!s.backlog) s.backlog = std::make_unique<std::deque<CommandView*>>();
+          s.backlog->push_back(v);
+        } else {
+          // A new process: it reports what its old one left (a spooled RESULT, or
+          // interrupted) after WELCOME; what it does not report was interrupted.
+          deadlines_.add(now + settings_.reconcile_grace_ms, DeadlineKind::reconcile, v->cmd_id);
+        }
+        break;
+      default:
+        break;
+    }
+  }
+  fill_outbox(s);
+}
+
+void FleetCore::fill_outbox(RigSession& s) {
+  if (!s.backlog) return;
+  const std::uint64_t now = clock_.wall_ms();
+  bool added = false;
+  while (!s.backlog->empty() && s.outbox.size() < settings_.outbox_capacity) {
+    CommandView* v = s.backlog->front();
+    s.backlog->pop_front();
+    if (is_final(v->state) || v->in_outbox) continue;
+    std::uint64_t seq = 0;
+    (void)s.outbox.enqueue(v->cmd_id, now, settings_.outbox_capacity, &seq);
+    s.outbox.set_view(seq, v);
+    v->in_outbox = true;
+    added = true;
+  }
+  if (s.backlog->empty()) s.backlog.reset();
+  if (added) transport_.write_soon(s);
+}
+
+void FleetCore::withdraw(CommandView& v) {
+  RigSession* s = registry_.find(v.rig_id);
+  if (!s) return;
+  if (v.in_outbox) s->outbox.settle_cmd(v.cmd_id);
+  v.in_outbox = false;
+  if (s->backlog) std::erase(*s->backlog, &v);
+}
+
+bool FleetCore::queue_cancel(RigSession& s, const CommandView& v) {
+  std::vector<std::string>& list = pending_cancels_[&s];
+  if (list.size() >= kMaxCancelsPerSession || std::find(list.begin(), list.end(), v.cmd_id) != list.end())
+    return false;
+  list.push_back(v.cmd_id);
+  s.outbound.cancels = true;
+  deadlines_.add(clock_.wall_ms() + settings_.cancel_grace_ms, DeadlineKind::cancel, v.cmd_id);
+  transport_.write_soon(s);
+  return true;
+}
+
+// ---------------------------------------------------------------------------------
+// ends
+
+void FleetCore::finished(const CommandView& v) {
+  observer_.command_finished(v);
+  emit(EventType::command_done, v.rig_id, v.cmd_id, to_string(v.state));
+}
+
+void FleetCore::end(CommandView& v, CommandState state, std::string detail) {
+  if (is_final(v.state)) return;
+  lifecycle::end(commands_, v, state, std::move(detail), clock_.wall_ms());
+  record(v, true);
+  finished(v);
+}
+
+CancelOutcome FleetCore::cancel(std::string_view cmd_id) {
+  CommandView* v = find_command(cmd_id);
+  if (!v) return CancelOutcome::unknown;
+  if (is_final(v->state)) return CancelOutcome::finished;
+  if (v->cancel_requested_at_ms) return CancelOutcome::pending;
+  if (v->state == CommandState::queued) {
+    withdraw(*v);
+    end(*v, CommandState::cancelled, "cancelled before it reached the rig");
+    return CancelOutcome::cancelled;
+  }
+  v->cancel_requested_at_ms = clock_.wall_ms();
+  record(*v);
+  // Connected here: the CANCEL goes now. Otherwise with the rig's next connection (deliver_open).
+  if (RigSession* s = registry_.find(v->rig_id)) queue_cancel(*s, *v);
+  return CancelOutcome::requested;
+}
+
+void FleetCore::expire_deadlines() {
+  const std::uint64_t now = clock_.wall_ms();
+  while (std::optional<Deadline> d = deadlines_.pop_due(now)) {
+    CommandView* v = commands_.find(d->cmd.view());
+    if (!v || is_final(v->state)) continue;
+    switch (d->kind) {
+      case DeadlineKind::deliver:
+        if (v->state == CommandState::queued) {
+          withdraw(*v);
+          end(*v, CommandState::undeliverable,
+              "not delivered within deliver_within_s (" +
+                  seconds(static_cast<std::uint32_t>((v->deliver_by_ms - v->enqueued_at_ms) / 1000)) +
+                  "): it never reached the rig");
+        } else if (v->state == CommandState::sent) {
+          // Written, never acknowledged: the rig may have it. Its next connection is
+          // asked (deliver_open); if it never comes back, give up after timeout_s more.
+          const std::uint64_t give_up = v->deliver_by_ms + std::uint64_t{v->timeout_s} * 1000;
+          if (now >= give_up) {
+            end(*v, CommandState::undeliverable,
+                "never acknowledged, and its rig did not come back to say whether it had it");
+          } else {
+            deadlines_.add(give_up, DeadlineKind::deliver, v->cmd_id);
+          }
+        }
+        break;
+      case DeadlineKind::execute:
+        if (v->state != CommandState::acked && v->state != CommandState::running) break;
+        if (!v->acked_at_ms || now < *v->acked_at_ms + std::uint64_t{v->timeout_s} * 1000) break;
+        if (RigSession* s = registry_.find(v->rig_id)) queue_cancel(*s, *v);
+        end(*v, CommandState::timed_out,
+            lifecycle::awaits_new_boot(*v)
+                ? "the rig did not come back with a new boot_id within timeout_s (" + seconds(v->timeout_s) + ")"
+                : "no result within timeout_s (" + seconds(v->timeout_s) + "): CANCEL sent to the rig");
+        break;
+      case DeadlineKind::reconcile: {
+        const RigSession* s = registry_.find(v->rig_id);
+        if (!s || (v->state != CommandState::acked && v->state != CommandState::running)) break;
+        const std::string boot = s->boot_id.to_string();
+        if (v->acked_boot_id == boot) break;
+        end(*v, CommandState::interrupted,
+            "the rig restarted (boot_id " + boot + ") without a result for it from boot_id " + v->acked_boot_id);
+        break;
+      }
+      case DeadlineKind::cancel:
+        if (!v->cancel_requested_at_ms) break;  // a probe of an expired delivery: its own deadline decides
+        if (now < *v->cancel_requested_at_ms + settings_.cancel_grace_ms) break;
+        end(*v, CommandState::cancelled,
+            "the rig did not answer the cancel within " + std::to_string(settings_.cancel_grace_ms / 1000) + " s");
+        break;
+    }
+  }
+}
+
+}  // namespace fleetlink::broker

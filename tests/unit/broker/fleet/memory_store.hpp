@@ -1,0 +1,142 @@
+#pragma once
+// A CommandStore in memory for the fleet core's unit tests: it keeps what is
+// committed (what was put but not committed is lost by a "crash"), so a test can
+// start a second FleetCore on the same store as a broker restart would, or two
+// cores on one store as two brokers sharing a state directory.
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "fleet/lifecycle.hpp"
+#include "store/command_store.hpp"
+
+namespace fleetlink::broker::testing {
+
+class MemoryStore final : public CommandStore {
+ public:
+  struct Shared {
+    std::map<std::string, CommandView> commands;
+    std::map<std::string, RigRecord> rigs;
+    std::map<std::string, JobRecord> jobs;
+    std::uint64_t generation = 0;  // bumped by every commit
+    int commits = 0;
+    bool fail_commits = false;
+  };
+
+  explicit MemoryStore(std::shared_ptr<Shared> shared = std::make_shared<Shared>()) : shared_(std::move(shared)) {}
+  std::shared_ptr<Shared> shared() const { return shared_; }
+
+  std::string_view name() const noexcept override { return "memory"; }
+  bool durable() const noexcept override { return true; }
+  bool up() const noexcept override { return true; }
+
+  Expected<StoreSnapshot> load() override {
+    StoreSnapshot s;
+    for (const auto& [id, v] : shared_->commands)
+      if (!is_final(v.state)) s.open_commands.push_back(v);
+    for (const auto& [id, r] : shared_->rigs) s.rigs.push_back(r);
+    for (const auto& [id, j] : shared_->jobs)
+      if (!j.finished) s.open_jobs.push_back(j);
+    return s;
+  }
+  void put_command(const CommandView& v, bool with_result) override {
+    CommandView copy = v;
+    if (!with_result) {
+      copy.result.reset();
+      copy.nack.reset();
+      copy.streamed_output.clear();
+    }
+    pending_.push_back(std::move(copy));
+  }
+  void put_rig(const RigRecord& r) override { pending_rigs_.push_back(r); }
+  void put_job(const JobRecord& j) override { pending_jobs_.push_back(j); }
+  Expected<void> commit() override {
+    if (shared_->fail_commits) return make_error(Errc::io, "disk full (test)");
+    for (CommandView& v : pending_) {
+      auto it = shared_->commands.find(v.cmd_id);
+      if (it == shared_->commands.end()) {
+        shared_->commands.emplace(v.cmd_id, std::move(v));
+        continue;
+      }
+      CommandView& old = it->second;
+      if (is_final(old.state) || lifecycle::rank(v.state) < lifecycle::rank(old.state)) {
+        if (v.result && !old.result) old.result = v.result;  // a late result is kept
+        continue;
+      }
+      if (!v.result && old.result) v.result = old.result;
+      if (!v.nack && old.nack) v.nack = old.nack;
+      old = std::move(v);
+    }
+    for (RigRecord& r : pending_rigs_) shared_->rigs[r.rig_id] = std::move(r);
+    for (JobRecord& j : pending_jobs_) shared_->jobs[j.job_id] = std::move(j);
+    const bool wrote = !pending_.empty() || !pending_rigs_.empty() || !pending_jobs_.empty();
+    pending_.clear();
+    pending_rigs_.clear();
+    pending_jobs_.clear();
+    if (wrote) {
+      ++shared_->generation;
+      ++own_;
+      ++shared_->commits;
+    }
+    return {};
+  }
+  bool pending() const noexcept override {
+    return !pending_.empty() || !pending_rigs_.empty() || !pending_jobs_.empty();
+  }
+  void find(std::string_view cmd_id, CommandCallback done) override {
+    const auto it = shared_->commands.find(std::string(cmd_id));
+    done(it == shared_->commands.end() ? std::nullopt : std::optional<CommandView>(it->second));
+  }
+  void find_by_key(std::string_view key, CommandCallback done) override {
+    for (const auto& [id, v] : shared_->commands)
+      if (!key.empty() && v.idempotency_key == key) return done(v);
+    done(std::nullopt);
+  }
+  void open_commands_of(std::string_view rig_id, CommandsCallback done) override {
+    std::vector<CommandView> out;
+    for (const auto& [id, v] : shared_->commands)
+      if (v.rig_id == rig_id && !is_final(v.state)) out.push_back(v);
+    done(std::move(out));
+  }
+  void list_commands(const CommandQuery& q, CommandsCallback done) override {
+    std::vector<CommandView> out;
+    for (auto it = shared_->commands.rbegin(); it != shared_->commands.rend() && out.size() < q.limit; ++it) {
+      const CommandView& v = it->second;
+      if (!q.rig_id.empty() && v.rig_id != q.rig_id) continue;
+      if (q.state && v.state != *q.state) continue;
+      if (!q.job_id.empty() && v.job_id != q.job_id) continue;
+      if (v.enqueued_at_ms < q.since_ms) continue;
+      if (!q.before_cmd_id.empty() && v.cmd_id >= q.before_cmd_id) continue;
+      out.push_back(v);
+    }
+    done(std::move(out));
+  }
+  void find_job(std::string_view job_id, JobCallback done) override {
+    const auto it = shared_->jobs.find(std::string(job_id));
+    done(it == shared_->jobs.end() ? std::nullopt : std::optional<JobRecord>(it->second));
+  }
+  void list_jobs(const JobQuery&, JobsCallback done) override {
+    std::vector<JobRecord> out;
+    for (const auto& [id, j] : shared_->jobs) out.push_back(j);
+    done(std::move(out));
+  }
+  // Commits by other instances on the same Shared: what a second broker wrote.
+  std::uint64_t foreign_writes() override { return shared_->generation - own_; }
+  std::size_t prune(const RetentionPolicy&, std::uint64_t) override { return 0; }
+
+  // What the store holds of a command (committed only).
+  std::optional<CommandView> stored(const std::string& cmd_id) const {
+    const auto it = shared_->commands.find(cmd_id);
+    return it == shared_->commands.end() ? std::nullopt : std::optional<CommandView>(it->second);
+  }
+
+ private:
+  std::shared_ptr<Shared> shared_;
+  std::vector<CommandView> pending_;
+  std::vector<RigRecord> pending_rigs_;
+  std::vector<JobRecord> pending_jobs_;
+  std::uint64_t own_ = 0;
+};
+
+}  // namespace fleetlink::broker::testing
