@@ -25,7 +25,8 @@ void CommandTable::unindex_open(const CommandView& v) {
   if (pos == list.end()) return;
   list.erase(pos);
   --open_count_;
-  if (list.empty()) open_.erase(it);
+  // An emptied list stays (a rig that had commands will have more): a fan-out to
+  // every rig does not allocate and free one per rig each time.
 }
 
 CommandView* CommandTable::insert(CommandView view) {

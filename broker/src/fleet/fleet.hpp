@@ -107,6 +107,8 @@ struct CommandView {
   // This broker's hands on it (not stored).
   bool recorded = false;                  // committed to the store: it may be written to its rig
   bool in_outbox = false;                 // in the outbox of its rig's connection here
+  std::uint64_t reconcile_by_ms = 0;      // its rig came back with a new boot_id: its report is due by then
+  std::uint64_t cancel_by_ms = 0;         // a CANCEL went out: its answer is due by then
 };
 
 // POST /v1/rigs/{rig}/commands, one rig's share of a job, a line of the control stream.

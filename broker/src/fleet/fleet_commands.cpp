@@ -37,13 +37,7 @@ Expected<std::vector<JobRecord>> FleetCore::load() {
     v.recorded = true;
     v.in_outbox = false;
     CommandView* placed = commands_.insert(std::move(v));
-    if (!placed) continue;
-    if (placed->state == CommandState::queued || placed->state == CommandState::sent)
-      deadlines_.add(placed->deliver_by_ms, DeadlineKind::deliver, placed->cmd_id);
-    else if (placed->acked_at_ms)
-      deadlines_.add(*placed->acked_at_ms + std::uint64_t{placed->timeout_s} * 1000, DeadlineKind::execute,
-                     placed->cmd_id);
-    if (placed->cancel_requested_at_ms) deadlines_.add(now + settings_.cancel_grace_ms, DeadlineKind::cancel, placed->cmd_id);
+    if (placed && placed->cancel_requested_at_ms) placed->cancel_by_ms = now + settings_.cancel_grace_ms;
   }
   for (RigRecord& r : snapshot->rigs) {
     std::string id = r.rig_id;
@@ -63,13 +57,13 @@ Expected<void> FleetCore::commit() {
 
 Expected<void> FleetCore::persist() {
   if (uncommitted_.empty()) return store_.pending() ? commit() : Expected<void>{};
-  std::vector<std::string> created;
+  std::vector<CmdKey> created;
   created.swap(uncommitted_);
   Expected<void> r = commit();
   // Sessions with a newly recorded command to write, each once.
   std::vector<RigSession*> kick;
-  for (const std::string& id : created) {
-    CommandView* v = commands_.find(id);
+  for (const CmdKey& id : created) {
+    CommandView* v = commands_.find(id.view());
     if (!v) continue;
     if (!r) {
       // Not recorded, so never sent: withdrawn, and said so (its caller answers
@@ -82,10 +76,11 @@ Expected<void> FleetCore::persist() {
       continue;
     }
     v->recorded = true;
-    if (RigSession* s = registry_.find(v->rig_id); s && v->in_outbox &&
-        std::find(kick.begin(), kick.end(), s) == kick.end())
-      kick.push_back(s);
+    if (!v->in_outbox) continue;
+    if (RigSession* s = registry_.find(v->rig_id)) kick.push_back(s);
   }
+  std::sort(kick.begin(), kick.end());  // a fan-out names every rig once; a stream one rig many times
+  kick.erase(std::unique(kick.begin(), kick.end()), kick.end());
   for (RigSession* s : kick) transport_.write_now(*s);
   return r;
 }
@@ -123,15 +118,7 @@ CommandView* FleetCore::adopt(CommandView record) {
     else mine->state = later;
     return mine;
   }
-  CommandView* placed = commands_.insert(std::move(record));
-  if (placed && !is_final(placed->state)) {
-    if (placed->state == CommandState::queued || placed->state == CommandState::sent)
-      deadlines_.add(placed->deliver_by_ms, DeadlineKind::deliver, placed->cmd_id);
-    else if (placed->acked_at_ms)
-      deadlines_.add(*placed->acked_at_ms + std::uint64_t{placed->timeout_s} * 1000, DeadlineKind::execute,
-                     placed->cmd_id);
-  }
-  return placed;
+  return commands_.insert(std::move(record));
 }
 
 CommandView* FleetCore::find_command(std::string_view cmd_id) {
@@ -295,9 +282,8 @@ EnqueueOutcome FleetCore::enqueue(CommandRequest req) {
   v.timeout_s = timeout_s;
   CommandView* placed = commands_.insert(std::move(v));
   if (!placed) return fail(EnqueueError::bad_request, "cmd_id: not a UUID");
-  deadlines_.add(placed->deliver_by_ms, DeadlineKind::deliver, placed->cmd_id);
   record(*placed);
-  uncommitted_.push_back(placed->cmd_id);
+  uncommitted_.push_back(*CmdKey::of(placed->cmd_id));  // placed: its id fits (insert checked)
   EnqueueOk ok{placed->cmd_id, placed->rig_id, 0, CommandState::queued, false, s == nullptr, placed->deliver_by_ms};
   if (s) {
     if (!s->backlog || s->backlog->empty()) {
@@ -354,7 +340,7 @@ void FleetCore::deliver_open(RigSession& s) {
         } else {
           // A new process: it reports what its old one left (a spooled RESULT, or
           // interrupted) after WELCOME; what it does not report was interrupted.
-          deadlines_.add(now + settings_.reconcile_grace_ms, DeadlineKind::reconcile, v->cmd_id);
+          v->reconcile_by_ms = now + settings_.reconcile_grace_ms;
         }
         break;
       default:
@@ -390,13 +376,13 @@ void FleetCore::withdraw(CommandView& v) {
   if (s->backlog) std::erase(*s->backlog, &v);
 }
 
-bool FleetCore::queue_cancel(RigSession& s, const CommandView& v) {
+bool FleetCore::queue_cancel(RigSession& s, CommandView& v) {
   std::vector<std::string>& list = pending_cancels_[&s];
   if (list.size() >= kMaxCancelsPerSession || std::find(list.begin(), list.end(), v.cmd_id) != list.end())
     return false;
   list.push_back(v.cmd_id);
   s.outbound.cancels = true;
-  deadlines_.add(clock_.wall_ms() + settings_.cancel_grace_ms, DeadlineKind::cancel, v.cmd_id);
+  if (v.cancel_requested_at_ms && !v.cancel_by_ms) v.cancel_by_ms = clock_.wall_ms() + settings_.cancel_grace_ms;
   transport_.write_soon(s);
   return true;
 }
@@ -433,55 +419,53 @@ CancelOutcome FleetCore::cancel(std::string_view cmd_id) {
   return CancelOutcome::requested;
 }
 
+// Deadlines are found by walking the open commands a few times a second: their
+// number is bounded (outboxes, held queues), and a command that finishes leaves
+// nothing behind to expire (a reminder queue would hold one entry per command
+// for its whole delivery window: millions at tens of thousands a second).
 void FleetCore::expire_deadlines() {
   const std::uint64_t now = clock_.wall_ms();
-  while (std::optional<Deadline> d = deadlines_.pop_due(now)) {
-    CommandView* v = commands_.find(d->cmd.view());
-    if (!v || is_final(v->state)) continue;
-    switch (d->kind) {
-      case DeadlineKind::deliver:
-        if (v->state == CommandState::queued) {
-          withdraw(*v);
-          end(*v, CommandState::undeliverable,
-              "not delivered within deliver_within_s (" +
-                  seconds(static_cast<std::uint32_t>((v->deliver_by_ms - v->enqueued_at_ms) / 1000)) +
-                  "): it never reached the rig");
-        } else if (v->state == CommandState::sent) {
-          // Written, never acknowledged: the rig may have it. Its next connection is
-          // asked (deliver_open); if it never comes back, give up after timeout_s more.
-          const std::uint64_t give_up = v->deliver_by_ms + std::uint64_t{v->timeout_s} * 1000;
-          if (now >= give_up) {
-            end(*v, CommandState::undeliverable,
-                "never acknowledged, and its rig did not come back to say whether it had it");
-          } else {
-            deadlines_.add(give_up, DeadlineKind::deliver, v->cmd_id);
-          }
-        }
-        break;
-      case DeadlineKind::execute:
-        if (v->state != CommandState::acked && v->state != CommandState::running) break;
-        if (!v->acked_at_ms || now < *v->acked_at_ms + std::uint64_t{v->timeout_s} * 1000) break;
-        if (RigSession* s = registry_.find(v->rig_id)) queue_cancel(*s, *v);
-        end(*v, CommandState::timed_out,
-            lifecycle::awaits_new_boot(*v)
-                ? "the rig did not come back with a new boot_id within timeout_s (" + seconds(v->timeout_s) + ")"
-                : "no result within timeout_s (" + seconds(v->timeout_s) + "): CANCEL sent to the rig");
-        break;
-      case DeadlineKind::reconcile: {
-        const RigSession* s = registry_.find(v->rig_id);
-        if (!s || (v->state != CommandState::acked && v->state != CommandState::running)) break;
-        const std::string boot = s->boot_id.to_string();
-        if (v->acked_boot_id == boot) break;
+  if (now - last_deadline_scan_ms_ < kDeadlineScanMs) return;
+  last_deadline_scan_ms_ = now;
+  std::vector<CommandView*> due;
+  commands_.for_each_open_rig([&](std::string_view, const std::vector<CommandView*>& open) {
+    for (CommandView* v : open) {
+      const bool acked = v->state == CommandState::acked || v->state == CommandState::running;
+      if ((!acked && now >= v->deliver_by_ms) ||
+          (acked && v->acked_at_ms && now >= *v->acked_at_ms + std::uint64_t{v->timeout_s} * 1000) ||
+          (v->reconcile_by_ms && now >= v->reconcile_by_ms) || (v->cancel_by_ms && now >= v->cancel_by_ms))
+        due.push_back(v);
+    }
+  });
+  for (CommandView* v : due) {
+    if (is_final(v->state)) continue;
+    const bool acked = v->state == CommandState::acked || v->state == CommandState::running;
+    if (v->cancel_by_ms && now >= v->cancel_by_ms) {
+      end(*v, CommandState::cancelled,
+          "the rig did not answer the cancel within " + std::to_string(settings_.cancel_grace_ms / 1000) + " s");
+    } else if (acked && v->reconcile_by_ms && now >= v->reconcile_by_ms) {
+      const RigSession* s = registry_.find(v->rig_id);
+      const std::string boot = s ? s->boot_id.to_string() : std::string();
+      v->reconcile_by_ms = 0;
+      if (s && v->acked_boot_id != boot)
         end(*v, CommandState::interrupted,
             "the rig restarted (boot_id " + boot + ") without a result for it from boot_id " + v->acked_boot_id);
-        break;
-      }
-      case DeadlineKind::cancel:
-        if (!v->cancel_requested_at_ms) break;  // a probe of an expired delivery: its own deadline decides
-        if (now < *v->cancel_requested_at_ms + settings_.cancel_grace_ms) break;
-        end(*v, CommandState::cancelled,
-            "the rig did not answer the cancel within " + std::to_string(settings_.cancel_grace_ms / 1000) + " s");
-        break;
+    } else if (acked && v->acked_at_ms && now >= *v->acked_at_ms + std::uint64_t{v->timeout_s} * 1000) {
+      if (RigSession* s = registry_.find(v->rig_id)) queue_cancel(*s, *v);
+      end(*v, CommandState::timed_out,
+          lifecycle::awaits_new_boot(*v)
+              ? "the rig did not come back with a new boot_id within timeout_s (" + seconds(v->timeout_s) + ")"
+              : "no result within timeout_s (" + seconds(v->timeout_s) + "): CANCEL sent to the rig");
+    } else if (v->state == CommandState::queued && now >= v->deliver_by_ms) {
+      withdraw(*v);
+      end(*v, CommandState::undeliverable,
+          "not delivered within deliver_within_s (" +
+              seconds(static_cast<std::uint32_t>((v->deliver_by_ms - v->enqueued_at_ms) / 1000)) +
+              "): it never reached the rig");
+    } else if (v->state == CommandState::sent && now >= v->deliver_by_ms + std::uint64_t{v->timeout_s} * 1000) {
+      // Written, never acknowledged: the rig may have it, and its next connection is
+      // asked (deliver_open). One that never comes back is given up after timeout_s more.
+      end(*v, CommandState::undeliverable, "never acknowledged, and its rig did not come back to say whether it had it");
     }
   }
 }

@@ -249,8 +249,9 @@ std::optional<Outgoing> FleetCore::next_frame(RigSession& s) {
       cmd.kind = v->kind;
       cmd.args = v->args;
       cmd.issued_at_ms = v->enqueued_at_ms;
+      // Not written to the store for this step alone: the next one (its ACK) carries
+      // it, and a command the store still has as queued is sent again just the same.
       lifecycle::sent(*v, seq, now);
-      record(*v);
       out.message = std::move(cmd);
       return out;
     }

@@ -24,7 +24,6 @@
 
 #include "fleet/clock.hpp"
 #include "fleet/command_table.hpp"
-#include "fleet/deadlines.hpp"
 #include "fleet/drain.hpp"
 #include "fleet/events.hpp"
 #include "fleet/fleet.hpp"
@@ -167,7 +166,7 @@ class FleetCore final : public Fleet {
   // Takes a command out of its rig's outbox or backlog (it will not be sent).
   void withdraw(CommandView& v);
   // Queues a CANCEL for v on s; false when too many wait or one already does.
-  bool queue_cancel(RigSession& s, const CommandView& v);
+  bool queue_cancel(RigSession& s, CommandView& v);
   void record(const CommandView& v, bool with_result = false);
   void finished(const CommandView& v);  // the event, the observer
   void end(CommandView& v, CommandState state, std::string detail);
@@ -194,10 +193,11 @@ class FleetCore final : public Fleet {
   RigRegistry registry_;
   CommandStore& store_;
   CommandTable commands_;
-  Deadlines deadlines_;
+  std::uint64_t last_deadline_scan_ms_ = 0;
+  static constexpr std::uint64_t kDeadlineScanMs = 200;
   // Rigs seen before and not connected here now (the store's inventory).
   std::unordered_map<std::string, RigRecord, TransparentStringHash, std::equal_to<>> offline_;
-  std::vector<std::string> uncommitted_;  // commands created since the last commit
+  std::vector<CmdKey> uncommitted_;       // commands created since the last commit (ids inline: no allocation)
   std::uint64_t last_commit_ms_ = 0;
   std::uint64_t foreign_seen_ = 0;        // store_.foreign_writes() when this broker last read the store
   std::uint32_t last_inventory_ms_ = 0;

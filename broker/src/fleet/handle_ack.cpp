@@ -16,10 +16,9 @@ void FleetCore::on_ack(RigSession& s, const msg::Ack& ack) {
   s.outbox.record_ack(ack.seq, now);
   if (CommandView* v = entry->view ? entry->view : commands_.find(entry->cmd_id)) {
     v->in_outbox = false;
-    const bool first = !v->acked_at_ms;
-    lifecycle::acked(*v, ack, s.boot_id.to_string(), now);
-    if (first && v->acked_at_ms)
-      deadlines_.add(*v->acked_at_ms + std::uint64_t{v->timeout_s} * 1000, DeadlineKind::execute, v->cmd_id);
+    if (v->acked_boot_id.size() != 36 || parse_uuid(v->acked_boot_id) != s.boot_id)
+      v->acked_boot_id = s.boot_id.to_string();
+    lifecycle::acked(*v, ack, v->acked_boot_id, now);
     record(*v);
   }
   observer_.acked(s, ack, now - std::min(now, entry->enqueued_ms));

@@ -24,7 +24,6 @@ void FleetCore::on_result(RigSession& s, msg::Result result) {
   if (s.backlog) std::erase(*s.backlog, v);
   if (v->acked_boot_id.empty()) v->acked_boot_id = s.boot_id.to_string();
   const std::uint64_t dropped_before = result.dropped_bytes;
-  const bool first_ack = !v->acked_at_ms;
   const lifecycle::ResultEffect effect = lifecycle::result(commands_, *v, std::move(result), clock_.wall_ms());
   if (effect.lost_bytes > 0) observer_.output_lost(s, *v, effect.lost_bytes, dropped_before);
   if (v->result) observer_.result(s, *v->result);
@@ -34,8 +33,6 @@ void FleetCore::on_result(RigSession& s, msg::Result result) {
   } else if (effect.finished) {
     finished(*v);
   } else {  // a reboot scheduled: done when the rig comes back with a new boot_id
-    if (first_ack && v->acked_at_ms)
-      deadlines_.add(*v->acked_at_ms + std::uint64_t{v->timeout_s} * 1000, DeadlineKind::execute, v->cmd_id);
     emit(EventType::command_running, s.rig_id, v->cmd_id, v->detail);
   }
   fill_outbox(s);

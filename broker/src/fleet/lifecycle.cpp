@@ -34,7 +34,7 @@ void acked(CommandView& v, const msg::Ack& ack, std::string_view boot_id, std::u
   if (is_final(v.state)) return;
   if (never_acked(v)) v.state = CommandState::acked;
   if (!v.acked_at_ms) v.acked_at_ms = now_ms;
-  v.acked_boot_id = std::string(boot_id);
+  if (v.acked_boot_id != boot_id) v.acked_boot_id = std::string(boot_id);
   v.duplicate = v.duplicate || ack.duplicate;
 }
 

@@ -157,7 +157,7 @@ void BrokerObserver::command_unacked(const RigSession& s, const OutboxEntry& e) 
 }
 
 void BrokerObserver::command_finished(const CommandView& v) {
-  ++metrics_.commands_finished[to_string(v.state)];
+  ++metrics_.commands_finished[static_cast<std::size_t>(v.state)];
   FL_INFO("command %s rig=%s cmd=%s kind=%s%s%s", to_string(v.state), v.rig_id.c_str(), v.cmd_id.c_str(),
           v.kind.c_str(), v.detail.empty() ? "" : ": ", v.detail.c_str());
 }

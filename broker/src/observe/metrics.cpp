@@ -36,10 +36,6 @@ BrokerMetrics::BrokerMetrics()
        {"accepted", "malformed", "identity_mismatch", "duplicate", "superseded_old"}) {
     hellos[outcome];  // known outcomes are always exported, at 0 until seen
   }
-  for (std::size_t i = 0; i < kCommandStateCount; ++i) {
-    const auto state = static_cast<CommandState>(i);
-    if (is_final(state)) commands_finished[to_string(state)];
-  }
 }
 
 namespace {
@@ -183,8 +179,11 @@ std::string BrokerMetrics::render_prometheus(
            "Commands whose connection ended before their ACK (each is sent again on the rig's next connection).",
            commands_unacked);
   w.header("commands_finished_total", "counter", "Commands that reached a final state, by state.");
-  for (const auto& [state, n] : commands_finished) {
-    w.sample("commands_finished_total", "state=\"" + escape_label(state) + "\"", format_int(n));
+  for (std::size_t i = 0; i < kCommandStateCount; ++i) {
+    const auto state = static_cast<CommandState>(i);
+    if (is_final(state))
+      w.sample("commands_finished_total", "state=\"" + std::string(to_string(state)) + "\"",
+               format_int(commands_finished[i]));
   }
   w.simple("store_commit_errors_total", "counter", "Commits the command store refused (retried with the next one).",
            store_commit_errors);

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "fleet/fleet.hpp"
+
 namespace fleetlink::broker {
 
 class Histogram {
@@ -40,7 +42,7 @@ struct BrokerMetrics {
   std::uint64_t commands_rejected = 0;               // enqueue refused (full, unknown rig, ...)
   std::uint64_t commands_completed = 0;              // RESULT received
   std::uint64_t commands_unacked = 0;                // connection ended before ACK: sent again on the next one
-  std::map<std::string, std::uint64_t> commands_finished;  // by final state
+  std::array<std::uint64_t, kCommandStateCount> commands_finished{};  // by state (the final ones)
   std::uint64_t store_commit_errors = 0;
   std::uint64_t frames_in = 0;
   std::uint64_t frames_out = 0;

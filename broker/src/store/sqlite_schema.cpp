@@ -38,7 +38,7 @@ CREATE TABLE commands (
   finished_at     INTEGER,
   body            BLOB    NOT NULL
 ) WITHOUT ROWID;
-CREATE INDEX commands_open ON commands (rig_id, cmd_id) WHERE is_open = 1;
+CREATE INDEX commands_open ON commands (cmd_id) WHERE is_open = 1;
 CREATE UNIQUE INDEX commands_key ON commands (idempotency_key) WHERE idempotency_key <> '';
 CREATE INDEX commands_job ON commands (job_id, cmd_id) WHERE job_id <> '';
 
