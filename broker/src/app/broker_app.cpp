@@ -111,7 +111,9 @@ Expected<void> BrokerApp::start() {
   copts.port = cfg_.control.port;
   copts.token = cfg_.control_token;
   copts.default_drain_window = std::chrono::milliseconds(cfg_.drain_window_ms);
-  auto cv = create_control_vhost(context_, copts, core_, metrics_);
+  copts.store = store_.get();
+  // The unfinished jobs go on: the control plane runs them, from the records the store loaded.
+  auto cv = create_control_vhost(context_, copts, core_, metrics_, *jobs);
   if (!cv) return make_error(Errc::io, "control API on " + cfg_.control.to_string() + ": " + cv.error().detail);
   control_vhost_ = *cv;
 

@@ -23,8 +23,11 @@ HttpResponse get_commands(const RouteContext& ctx);
 HttpResponse get_command(const RouteContext& ctx);
 HttpResponse post_command_cancel(const RouteContext& ctx);
 
-// routes_batches.cpp: {batch}
-HttpResponse post_batch(const RouteContext& ctx);
+// routes_jobs.cpp: {job}; {batch} is the older name of the same
+HttpResponse post_job(const RouteContext& ctx);
+HttpResponse post_commands_job(const RouteContext& ctx);  // POST /v1/commands: answers with batch_id too
+HttpResponse get_jobs(const RouteContext& ctx);
+HttpResponse get_job(const RouteContext& ctx);
 HttpResponse get_batch(const RouteContext& ctx);
 
 // routes_admin.cpp

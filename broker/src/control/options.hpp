@@ -5,7 +5,8 @@
 
 namespace fleetlink::broker {
 
-class BatchTable;
+class CommandStore;
+class JobTable;
 
 struct ControlApiOptions {
   std::string host = "127.0.0.1";
@@ -13,9 +14,12 @@ struct ControlApiOptions {
   std::string token;               // empty = no auth; else "Authorization: Bearer <token>"
   // POST /v1/admin/drain without a window uses this (the broker's --drain-window-ms).
   std::chrono::milliseconds default_drain_window{10000};
-  // Fan-out batches (POST /v1/commands, GET /v1/batches/{id}); set by the
-  // control vhost, which owns the table. Null: those routes answer 503.
-  BatchTable* batches = nullptr;
+  // The broker's command store: jobs are recorded there, and GET /v1/jobs lists
+  // their history from it. Null: jobs live in memory only.
+  CommandStore* store = nullptr;
+  // Fan-out jobs (POST /v1/jobs, POST /v1/commands, GET /v1/jobs/{id}); set by
+  // the control vhost, which owns the table. Null: creating one answers 503.
+  JobTable* jobs = nullptr;
 };
 
 }  // namespace fleetlink::broker

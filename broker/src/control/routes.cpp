@@ -24,7 +24,11 @@ constexpr Route kRoutes[] = {
     {"POST", "/v1/rigs/{rig}/reconnect", post_rig_reconnect},
 
     {"GET", "/v1/commands", get_commands},
-    {"POST", "/v1/commands", post_batch},
+    {"POST", "/v1/commands", post_commands_job},
+
+    {"GET", "/v1/jobs", get_jobs},
+    {"POST", "/v1/jobs", post_job},
+    {"GET", "/v1/jobs/{job}", get_job},
     {"GET", "/v1/batches/{batch}", get_batch},
 
     {"GET", "/v1/commands/{cmd}", get_command},

@@ -61,7 +61,7 @@ bool method_has_body(const std::string& method) {
 }
 
 // Headers and body in one write behind lws's headroom, the body copied once
-// (a batch's answer can be megabytes).
+// (a job's answer can be megabytes).
 net::WriteStatus write_answer(lws* wsi, std::string_view head, std::string_view body) {
   net::TxBuffer tx;  // a new one holds just the headroom
   std::vector<std::uint8_t>& b = tx.bytes();

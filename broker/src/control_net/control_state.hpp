@@ -3,8 +3,8 @@
 // per-vhost state, each kind of connection's state, and the few calls one
 // transport makes into another's file.
 //
-//   control_vhost.cpp  the vhost, its state, the protocol table, the batch pump,
-//                      the end-of-turn flush
+//   control_vhost.cpp  the vhost, its state, the protocol table, the job pump and
+//                      tick, the end-of-turn flush
 //   control_http.cpp   HTTP transactions, held POSTs   (protocol "fleetlink-control")
 //   control_sse.cpp    GET /v1/events on a transaction
 //   control_ws.cpp     the /v1/stream WebSocket         (protocol "fleetlink-stream")
@@ -20,7 +20,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "control/batches.hpp"
+#include "control/jobs.hpp"
 #include "control/http_message.hpp"
 #include "control/options.hpp"
 #include "control/sse_format.hpp"
@@ -101,9 +101,17 @@ struct StreamPerSession {
   StreamSession* session;
 };
 
-// Runs the fan-out batches from the loop (never from inside a Fleet event sink,
-// which must not enqueue). The sul first, so the timer callback finds its state.
-struct BatchPump {
+// Runs the fan-out jobs from the loop (never from inside a Fleet event sink,
+// which must not enqueue) when their commands finish. The sul first, so the
+// timer callback finds its state.
+struct JobPump {
+  lws_sorted_usec_list_t sul;  // must stay first
+  ControlState* state = nullptr;
+  bool scheduled = false;
+};
+
+// Every second while a job runs: deadlines, the records due (JobTable::tick).
+struct JobTick {
   lws_sorted_usec_list_t sul;  // must stay first
   ControlState* state = nullptr;
   bool scheduled = false;
@@ -112,7 +120,7 @@ struct BatchPump {
 // Writes the streams once per turn of the loop: every event of the turn (up to a
 // thousand ACKs read in one go) in one write per stream, right after the turn's
 // I/O, without arming POLLOUT. A zero-delay timer, which libuv fires before it
-// waits for I/O again. The sul first, like BatchPump.
+// waits for I/O again. The sul first, like JobPump.
 struct TurnFlush {
   lws_sorted_usec_list_t sul;  // must stay first
   ControlState* state = nullptr;
@@ -134,14 +142,15 @@ struct ControlState {
   // Connections that already completed a keep-alive transaction: only their
   // later requests can be pipelined ones (control_http.cpp).
   std::unordered_set<lws*> kept_alive;
-  // Fan-out batches. The Fleet is listened to only while one runs (events cost
+  // Fan-out jobs. The Fleet is listened to only while one runs (events cost
   // the data plane something only when somebody listens).
-  BatchTable batches;
-  BatchPump pump;
+  JobTable jobs;
+  JobPump pump;
+  JobTick tick;
   TurnFlush flush;
   std::vector<std::string> finished_cmds;  // from the sink, for the pump
-  std::uint64_t batch_subscription = 0;
-  bool batch_subscribed = false;
+  std::uint64_t job_subscription = 0;
+  bool job_subscribed = false;
 
   // The Fleet may still be used (shutdown_control_api() not called yet).
   bool serving() const noexcept { return !shut_down && fleet != nullptr; }
@@ -151,7 +160,7 @@ struct ControlState {
 ControlState* state_of(lws* wsi);
 // LWS_CALLBACK_PROTOCOL_DESTROY of the first protocol: the vhost is going.
 void destroy_control_state(lws* wsi);
-// Routes a request (the only way a batch starts, so the place to start listening).
+// Routes a request (where a job starts, so a place to start listening).
 HttpResponse route_request(ControlState* state, const HttpRequest& request);
 // Writes the stream at the end of this turn of the loop / forgets it was due.
 void flush_at_end_of_turn(Transaction* tx);

@@ -2,7 +2,7 @@
 // "fleetlink-control", answers every HTTP request (control_http.cpp) and keeps
 // GET /v1/events open as an event stream (control_sse.cpp); the second,
 // "fleetlink-stream", is the /v1/stream WebSocket (control_ws.cpp). Here: the
-// vhost's state and its lifetime, the batch pump and the end-of-turn flush.
+// vhost's state and its lifetime, the job pump and tick, the end-of-turn flush.
 #include "control_net/control_vhost.hpp"
 
 #include <libwebsockets.h>
@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "common/log.hpp"
+#include "control/control_json.hpp"
 #include "control/routes.hpp"
 #include "control/stream_protocol.hpp"
 #include "control_net/control_state.hpp"
@@ -43,41 +45,78 @@ ControlState* state_of_vhost(lws_vhost* vh) {
   return slot != nullptr ? *slot : nullptr;
 }
 
-// ---- the batch pump ----
+// ---- the job pump and tick ----
 
-void sync_batch_subscription(ControlState* state);
+constexpr lws_usec_t kJobTickUs = LWS_US_PER_SEC;
 
-void run_batch_pump(lws_sorted_usec_list_t* sul) {
-  auto* pump = reinterpret_cast<BatchPump*>(sul);
+void sync_job_subscription(ControlState* state);
+
+void run_job_pump(lws_sorted_usec_list_t* sul) {
+  auto* pump = reinterpret_cast<JobPump*>(sul);
   ControlState* state = pump->state;
   pump->scheduled = false;
   if (state == nullptr || !state->serving()) return;
   std::vector<std::string> done;
   done.swap(state->finished_cmds);
-  for (const std::string& cmd_id : done) state->batches.command_finished(*state->fleet, cmd_id);
-  // The batches' next commands (sent as others finish) are recorded before they go.
+  const std::uint64_t now = unix_now_ms();
+  for (const std::string& cmd_id : done) state->jobs.command_finished(*state->fleet, cmd_id, now);
+  // The jobs' next commands (sent as others finish) and their records are made durable before they go.
   (void)state->fleet->persist();
-  sync_batch_subscription(state);
+  sync_job_subscription(state);
 }
 
-// Listen to the Fleet while a batch has commands in flight; stop when none.
-void sync_batch_subscription(ControlState* state) {
+void run_job_tick(lws_sorted_usec_list_t* sul) {
+  auto* tick = reinterpret_cast<JobTick*>(sul);
+  ControlState* state = tick->state;
+  tick->scheduled = false;
+  if (state == nullptr || !state->serving()) return;
+  state->jobs.tick(*state->fleet, unix_now_ms());
+  (void)state->fleet->persist();
+  sync_job_subscription(state);
+}
+
+// Listen to the Fleet, and tick, while a job runs; stop when none does.
+void sync_job_subscription(ControlState* state) {
   if (!state->serving()) return;
-  const bool want = state->batches.running() > 0;
-  if (want && !state->batch_subscribed) {
+  const bool want = state->jobs.running() > 0;
+  if (want && !state->job_subscribed) {
     const EventTypes finals{EventType::command_done};
-    state->batch_subscription = state->fleet->events().subscribe(finals, [state](const FleetEvent& event) {
+    state->job_subscription = state->fleet->events().subscribe(finals, [state](const FleetEvent& event) {
       state->finished_cmds.push_back(event.cmd_id);
       if (!state->pump.scheduled && state->context != nullptr) {
         state->pump.scheduled = true;
-        lws_sul_schedule(state->context, 0, &state->pump.sul, run_batch_pump, 1);
+        lws_sul_schedule(state->context, 0, &state->pump.sul, run_job_pump, 1);
       }
     });
-    state->batch_subscribed = true;
-  } else if (!want && state->batch_subscribed) {
-    state->fleet->events().unsubscribe(state->batch_subscription);
-    state->batch_subscribed = false;
+    state->job_subscribed = true;
+  } else if (!want && state->job_subscribed) {
+    state->fleet->events().unsubscribe(state->job_subscription);
+    state->job_subscribed = false;
   }
+  if (want && !state->tick.scheduled && state->context != nullptr) {
+    state->tick.scheduled = true;
+    lws_sul_schedule(state->context, 0, &state->tick.sul, run_job_tick, kJobTickUs);
+  }
+}
+
+// At start-up: the unfinished jobs of the store go on where their commands are.
+void resume_jobs(ControlState* state, const std::vector<JobRecord>& records) {
+  if (records.empty()) return;
+  const std::uint64_t now = unix_now_ms();
+  for (const JobRecord& record : records) {
+    Expected<const Job*> job = state->jobs.resume(*state->fleet, record, now);
+    if (!job) {
+      FL_WARN("job %s not resumed: %s", record.job_id.c_str(), job.error().detail.c_str());
+      continue;
+    }
+    const Job& j = **job;
+    FL_INFO("job %s resumed (%s): %zu rigs, %zu in flight, %zu pending, %zu settled", j.job_id.c_str(),
+            to_string(j.state()), j.rigs.size(), j.count(JobRigOutcome::dispatched), j.count(JobRigOutcome::pending),
+            j.rigs.size() - j.count(JobRigOutcome::dispatched) - j.count(JobRigOutcome::pending));
+  }
+  if (Expected<void> kept = state->fleet->persist(); !kept)
+    FL_ERROR("resumed jobs: their records could not be written: %s", kept.error().detail.c_str());
+  sync_job_subscription(state);
 }
 
 // ---- the end-of-turn flush ----
@@ -116,13 +155,14 @@ void destroy_control_state(lws* wsi) {
   ControlState* state = *slot;
   *slot = nullptr;
   lws_sul_cancel(&state->pump.sul);
+  lws_sul_cancel(&state->tick.sul);
   lws_sul_cancel(&state->flush.sul);
   delete state;
 }
 
 HttpResponse route_request(ControlState* state, const HttpRequest& request) {
   HttpResponse r = handle_control_request(request, *state->fleet, *state->metrics, state->options);
-  sync_batch_subscription(state);
+  sync_job_subscription(state);
   return r;
 }
 
@@ -162,7 +202,8 @@ using control_net::ControlState;
 
 fleetlink::Expected<lws_vhost*> create_control_vhost(lws_context* context,
                                                      const ControlApiOptions& options,
-                                                     Fleet& fleet, BrokerMetrics& metrics) {
+                                                     Fleet& fleet, BrokerMetrics& metrics,
+                                                     const std::vector<JobRecord>& unfinished_jobs) {
   if (context == nullptr) return make_error(Errc::invalid_argument, "no lws context");
   if (options.port < 0 || options.port > 65535) {
     return make_error(Errc::invalid_argument,
@@ -172,11 +213,15 @@ fleetlink::Expected<lws_vhost*> create_control_vhost(lws_context* context,
   auto* state = new (std::nothrow) ControlState();
   if (state == nullptr) return make_error(Errc::io, "out of memory");
   state->options = options;
-  state->options.batches = &state->batches;
+  // With a store, finished jobs are read back from it: memory keeps the last few.
+  const bool durable = options.store != nullptr && options.store->durable();
+  state->jobs.set_store(options.store, durable ? 64 : 1000);
+  state->options.jobs = &state->jobs;
   state->fleet = &fleet;
   state->metrics = &metrics;
   state->context = context;
   state->pump.state = state;
+  state->tick.state = state;
   state->flush.state = state;
 
   lws_context_creation_info info;
@@ -202,6 +247,7 @@ fleetlink::Expected<lws_vhost*> create_control_vhost(lws_context* context,
     return make_error(Errc::io, "out of memory");
   }
   *slot = state;
+  control_net::resume_jobs(state, unfinished_jobs);
   return vhost;
 }
 
@@ -212,10 +258,14 @@ void shutdown_control_api(lws_vhost* vhost) {
   // stream's socket to close from its own writeable callback.
   for (control_net::Transaction* tx : state->streams) control_net::end_transaction_for_shutdown(tx);
   for (control_net::StreamSession* s : state->sessions) control_net::end_session_for_shutdown(s);
-  if (state->batch_subscribed) state->fleet->events().unsubscribe(state->batch_subscription);
-  state->batch_subscribed = false;
+  if (state->job_subscribed) state->fleet->events().unsubscribe(state->job_subscription);
+  state->job_subscribed = false;
+  // What the running jobs did since their last record: the broker that resumes them starts from there.
+  state->jobs.save_running(unix_now_ms());
   lws_sul_cancel(&state->pump.sul);
   state->pump.scheduled = false;
+  lws_sul_cancel(&state->tick.sul);
+  state->tick.scheduled = false;
   lws_sul_cancel(&state->flush.sul);
   state->flush.scheduled = false;
   state->flush.streams.clear();

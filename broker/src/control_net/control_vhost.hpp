@@ -5,11 +5,13 @@
 // Threading: everything runs on the broker's event-loop thread, like Fleet.
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "control/options.hpp"
 #include "fleet/fleet.hpp"
 #include "fleetlink/expected.hpp"
 #include "observe/metrics.hpp"
+#include "store/command_store.hpp"
 
 struct lws_context;
 struct lws_vhost;
@@ -19,14 +21,18 @@ namespace fleetlink::broker {
 // Creates the control vhost on an existing context created with
 // LWS_SERVER_OPTION_EXPLICIT_VHOSTS (+ LWS_SERVER_OPTION_LIBUV).
 // `fleet` and `metrics` must outlive the vhost (i.e. the context), or
-// shutdown_control_api() must have been called before they go away.
+// shutdown_control_api() must have been called before they go away; so must
+// options.store (jobs are recorded there). `unfinished_jobs` (what FleetCore::load() returned) are resumed at once: their
+// pending rigs are sent to, and the rest followed to their end.
 // Returns the vhost, or an Error (Errc::io when the port cannot be bound).
 fleetlink::Expected<lws_vhost*> create_control_vhost(lws_context* context,
                                                      const ControlApiOptions& options,
-                                                     Fleet& fleet, BrokerMetrics& metrics);
+                                                     Fleet& fleet, BrokerMetrics& metrics,
+                                                     const std::vector<JobRecord>& unfinished_jobs = {});
 
 // Orderly shutdown: ends every open SSE stream (unsubscribing it from the
-// Fleet) and stops using `fleet`. Call before lws_context_destroy or before
+// Fleet), writes the running jobs' records (for the store's next commit) and
+// stops using `fleet`. Call before lws_context_destroy or before
 // the Fleet is destroyed, on the loop thread. Idempotent; nullptr is ignored.
 // After this the vhost answers 503 to every request until the context goes.
 void shutdown_control_api(lws_vhost* vhost);

@@ -26,6 +26,8 @@ class FakeFleet final : public Fleet {
   bool is_ready = true;
   EventBus bus;
   std::uint64_t next_seq = 1;
+  bool record_enqueued = false;  // enqueue() also puts the command in `commands` (queued)
+  mutable int list_calls = 0;    // list_commands() calls
 
   EnqueueOutcome enqueue(CommandRequest request) override {
     if (next_failure) {
@@ -47,6 +49,17 @@ class FakeFleet final : public Fleet {
     ok.cmd_id = "cmd-" + std::to_string(next_seq);
     ok.rig_id = rig_id;
     ok.seq = next_seq++;
+    if (record_enqueued) {
+      const CommandRequest& r = requests.back();
+      CommandView v;
+      v.cmd_id = ok.cmd_id;
+      v.rig_id = rig_id;
+      v.kind = r.kind;
+      v.args = r.args;
+      v.job_id = r.job_id;
+      v.state = CommandState::queued;
+      commands[ok.cmd_id] = v;
+    }
     return ok;
   }
   Expected<void> persist() override {
@@ -55,10 +68,16 @@ class FakeFleet final : public Fleet {
     return {};
   }
   std::vector<CommandView> list_commands(const CommandQuery& q) const override {
+    ++list_calls;
     std::vector<CommandView> out;
-    for (auto it = commands.rbegin(); it != commands.rend() && out.size() < q.limit; ++it)
-      if ((q.rig_id.empty() || it->second.rig_id == q.rig_id) && (!q.state || it->second.state == *q.state))
-        out.push_back(it->second);
+    for (auto it = commands.rbegin(); it != commands.rend() && out.size() < q.limit; ++it) {
+      const CommandView& v = it->second;
+      if (!q.rig_id.empty() && v.rig_id != q.rig_id) continue;
+      if (q.state && v.state != *q.state) continue;
+      if (!q.job_id.empty() && v.job_id != q.job_id) continue;
+      if (!q.before_cmd_id.empty() && v.cmd_id >= q.before_cmd_id) continue;
+      out.push_back(v);
+    }
     return out;
   }
   std::vector<RigView> rigs() const override {

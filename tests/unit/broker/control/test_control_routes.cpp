@@ -2,10 +2,11 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
-#include "control/batches.hpp"
 #include "control/control_json.hpp"
+#include "control/jobs.hpp"
 #include "control/routes.hpp"
 #include "test_control_fake_fleet.hpp"
+#include "test_control_fake_store.hpp"
 
 using fleetlink::broker::BrokerMetrics;
 using fleetlink::broker::CommandState;
@@ -514,41 +515,6 @@ TEST_CASE("control: POST /v1/commands/{id}/cancel -> 202 / 404 / 409") {
   CHECK(f.fleet.cancelled.size() == 1);
 }
 
-TEST_CASE("control: a batch's JSON text is what the JSON library would write, also for non-ASCII") {
-  using ordered = nlohmann::ordered_json;
-  Fixture f;
-  fleetlink::broker::BatchTable batches;
-  f.options.batches = &batches;
-  // One connected rig (dispatched), one listed id that is not connected and is
-  // not ASCII (refused, its id and detail need escaping like the library does).
-  HttpResponse r = f.call("POST", "/v1/commands",
-                          R"({"kind":"dmesg","args":{"lines":"5"},"targets":{"ids":["rig-1","rig-\u00e9\"q"]}})");
-  REQUIRE(r.status == 202);
-  const ordered j = ordered::parse(r.body);
-  CHECK(fleetlink::broker::dump_json(j) == r.body);  // byte for byte, key order included
-  REQUIRE(j["rigs"].size() == 2);
-  CHECK(j["counts"]["total"] == 2);
-  CHECK(j["counts"]["dispatched"] == 1);
-  CHECK(j["counts"]["refused"] == 1);
-  CHECK(j["rigs"][0]["rig_id"] == "rig-1");
-  CHECK(j["rigs"][0]["error"].is_null());
-  CHECK(j["rigs"][1]["rig_id"] == "rig-\u00e9\"q");
-  CHECK(j["rigs"][1]["cmd_id"].is_null());
-  CHECK(j["rigs"][1]["state"].is_null());
-  CHECK(j["rigs"][1]["error"] == "unknown_rig");
-  // The command's state as the fleet knows it.
-  const std::string cmd_id = j["rigs"][0]["cmd_id"].get<std::string>();
-  CommandView v;
-  v.cmd_id = cmd_id;
-  v.state = CommandState::acked;
-  f.fleet.commands[cmd_id] = v;
-  const HttpResponse again = f.call("GET", "/v1/batches/" + j["batch_id"].get<std::string>());
-  REQUIRE(again.status == 200);
-  const ordered k = ordered::parse(again.body);
-  CHECK(fleetlink::broker::dump_json(k) == again.body);
-  CHECK(k["rigs"][0]["state"] == "acked");
-}
-
 TEST_CASE("control: GET /v1/events takes an optional list of event types") {
   Fixture f;
   HttpResponse r = f.call("GET", "/v1/events");
@@ -563,21 +529,3 @@ TEST_CASE("control: GET /v1/events takes an optional list of event types") {
   CHECK(body_of(r)["detail"].get<std::string>().find("'nope'") != std::string::npos);
 }
 
-TEST_CASE("control: ?rigs=false answers a batch without its rig list") {
-  using ordered = nlohmann::ordered_json;
-  Fixture f;
-  fleetlink::broker::BatchTable batches;
-  f.options.batches = &batches;
-  const std::string body = R"({"kind":"dmesg","targets":{"glob":"rig-*"}})";
-  HttpResponse r = f.call("POST", "/v1/commands?rigs=false", body);
-  REQUIRE(r.status == 202);
-  const ordered j = ordered::parse(r.body);
-  CHECK_FALSE(j.contains("rigs"));
-  CHECK(j["counts"]["total"] == 2);
-  CHECK(j["counts"]["dispatched"] == 2);
-  const std::string id = j["batch_id"].get<std::string>();
-  CHECK(ordered::parse(f.call("GET", "/v1/batches/" + id).body)["rigs"].size() == 2);
-  CHECK_FALSE(ordered::parse(f.call("GET", "/v1/batches/" + id + "?rigs=false").body).contains("rigs"));
-  CHECK(f.call("GET", "/v1/batches/" + id + "?rigs=maybe").status == 400);
-  CHECK(f.call("POST", "/v1/commands?rigs=1", body).status == 400);
-}

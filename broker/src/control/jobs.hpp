@@ -1,0 +1,224 @@
+#pragma once
+// Fan-out jobs (POST /v1/jobs, and POST /v1/commands with targets): a Job picks
+// its rigs (ids, an id glob, labels), sends one command to at most
+// max_concurrency of them at a time and to the next as each finishes, stops
+// sending once more than max_errors failed, and ends by its deadline whatever its
+// rigs do: a rig that never acknowledges or never answers is counted `silent`
+// instead of holding the job `running` forever.
+//
+// Every job is a JobRecord in the command store (control/job_json.hpp has its
+// body), written when it starts, when it ends, and at most every
+// kJobSaveIntervalMs in between while it changes. Its per-rig commands carry its
+// job_id in their own records, so a restarted broker re-creates an unfinished job
+// from its record (resume) and reads where each rig is from its command: a saved
+// job can lag behind its commands, never disagree with them for long.
+//
+// Pure logic over a Fleet and a CommandStore: whoever owns the table tells it
+// when a command finished (Fleet events) and calls tick() about once a second.
+// Threading: the loop thread, like Fleet.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "fleet/fleet.hpp"
+#include "fleet/string_hash.hpp"
+#include "fleetlink/expected.hpp"
+#include "store/command_store.hpp"
+
+namespace fleetlink::broker {
+
+struct JobTargets {
+  std::vector<std::string> ids;   // these rigs (listed even when never seen: refused)
+  std::string glob;               // rig ids matching this fnmatch(3) pattern
+  StringMap labels;               // rigs having every one of these labels
+  bool empty() const { return ids.empty() && glob.empty() && labels.empty(); }
+};
+
+// A number of rigs, or a share of the job's: "max_errors": 3 or "10%".
+struct RigShare {
+  std::uint64_t count = 0;         // !percent
+  std::uint32_t basis_points = 0;  // percent: 1250 is 12.5 %
+  bool percent = false;
+
+  // Of a job of `rigs` rigs, rounded down.
+  std::size_t of(std::size_t rigs) const noexcept;
+  // As the request gave it: "3", "10%", "12.5%".
+  std::string text() const;
+  bool operator==(const RigShare&) const = default;
+};
+// "3", "10%", "12.5%" (at most two decimals, at most 100 %); nullopt otherwise.
+std::optional<RigShare> parse_rig_share(std::string_view text);
+
+struct JobRequest {
+  std::string kind;
+  StringMap args;
+  JobTargets targets;
+  std::optional<RigShare> max_concurrency;        // unset: all at once
+  std::optional<RigShare> max_errors;             // unset: never stop
+  std::optional<std::uint32_t> deliver_within_s;  // every rig's command; unset: the kind's default
+  std::optional<std::uint32_t> timeout_s;         // likewise
+  bool hold = false;                              // listed rigs never seen: hold their commands
+  std::optional<std::uint32_t> deadline_s;        // unset: default_job_deadline_s()
+};
+
+inline constexpr std::uint32_t kMaxJobDeadlineS = 7 * 24 * 3600;
+// Added to a default deadline: a command's own deadlines are looked at by the
+// fleet's sweep, and should settle its rig before the job's deadline does.
+inline constexpr std::uint32_t kJobDeadlineMarginS = 10;
+// A running job's record is written at most this often while it changes.
+inline constexpr std::uint64_t kJobSaveIntervalMs = 5000;
+// Commands in flight are read back this often, in case one ended without an
+// event reaching the table (another broker sharing the store finished it).
+inline constexpr std::uint64_t kJobReconcileIntervalMs = 5000;
+
+// The longest the job's commands can take: one command's deliver_within_s +
+// timeout_s (the request's, or the kind's defaults) for each wave that
+// max_concurrency makes of the rigs, plus kJobDeadlineMarginS; at most
+// kMaxJobDeadlineS.
+std::uint32_t default_job_deadline_s(const JobRequest& request, std::size_t rigs);
+
+enum class JobRigOutcome : std::uint8_t {
+  pending,     // not sent yet (waiting for a concurrency slot)
+  dispatched,  // its command is on its way or running
+  ok,          // its command succeeded
+  failed,      // its command ended otherwise (error: the final state)
+  refused,     // the enqueue was refused (unknown rig, unsupported kind, ...)
+  skipped,     // never sent: the job stopped after too many errors, or reached its deadline
+  silent,      // its command was not acknowledged, or not answered, by the job's deadline
+};
+inline constexpr std::size_t kJobRigOutcomeCount = 7;
+const char* to_string(JobRigOutcome o) noexcept;
+std::optional<JobRigOutcome> job_rig_outcome_from_string(std::string_view s) noexcept;
+const std::array<JobRigOutcome, kJobRigOutcomeCount>& all_job_rig_outcomes();
+
+enum class JobState : std::uint8_t {
+  running,  // a rig is pending or its command in flight
+  done,     // every rig settled
+  stopped,  // more than max_errors rigs failed: the rest were skipped
+  expired,  // the deadline came first
+};
+const char* to_string(JobState s) noexcept;
+std::optional<JobState> job_state_from_string(std::string_view s) noexcept;
+
+struct JobRig {
+  std::string rig_id;
+  std::string cmd_id;                 // once dispatched
+  JobRigOutcome outcome = JobRigOutcome::pending;
+  std::optional<CommandState> state;  // the command's, when its outcome was settled (dispatched: ask the fleet)
+  std::string error;                  // failed: the final state; refused: the enqueue error; silent: never_acknowledged / never_answered
+  std::string detail;
+};
+
+struct Job {
+  std::string job_id;
+  std::string kind;
+  StringMap args;
+  JobTargets targets;
+  std::optional<RigShare> max_concurrency_given;
+  std::optional<RigShare> max_errors_given;
+  std::size_t max_concurrency = 0;           // resolved; 0: all at once
+  std::optional<std::size_t> max_errors;     // resolved; unset: never stop
+  std::optional<std::uint32_t> deliver_within_s;
+  std::optional<std::uint32_t> timeout_s;
+  bool hold = false;
+  std::uint32_t deadline_s = 0;
+  std::uint64_t created_at_ms = 0;
+  std::uint64_t deadline_at_ms = 0;
+  std::optional<std::uint64_t> finished_at_ms;
+  std::vector<JobRig> rigs;                  // sorted by rig id
+  std::array<std::size_t, kJobRigOutcomeCount> counts{};
+  bool stopped = false;                      // too many errors: nothing more is sent
+  bool expired = false;                      // the deadline ended it
+  // Rigs before this index are not pending: dispatch walks forward, so a
+  // fleet-wide job costs O(1) per finished command, not a scan of every rig.
+  std::size_t next_pending = 0;
+  // The table's bookkeeping: when the record was last written, and whether the
+  // job changed since.
+  std::uint64_t saved_at_ms = 0;
+  bool unsaved = false;
+
+  std::size_t count(JobRigOutcome o) const noexcept { return counts[static_cast<std::size_t>(o)]; }
+  // failed + refused + silent: what max_errors is compared with.
+  std::size_t errors() const noexcept;
+  bool finished() const noexcept;
+  JobState state() const noexcept;
+  // Moves a rig to `o`, keeping the counts.
+  void set_outcome(JobRig& rig, JobRigOutcome o) noexcept;
+  // Counts from the rigs' outcomes (a job read from its record).
+  void recount() noexcept;
+};
+
+class JobTable {
+ public:
+  // `store`: where jobs are recorded (null: nowhere). `history`: finished jobs
+  // kept in memory (the store has the others).
+  explicit JobTable(CommandStore* store = nullptr, std::size_t history = 1000) : store_(store), history_(history) {}
+  void set_store(CommandStore* store, std::size_t history) {
+    store_ = store;
+    history_ = history;
+  }
+  CommandStore* store() const noexcept { return store_; }
+
+  // The rigs the targets select among the fleet's known rigs, connected or not
+  // (plus listed ids never seen), sorted, without duplicates.
+  static std::vector<std::string> select(const Fleet& fleet, const JobTargets& targets);
+
+  // Creates the job for `rig_ids`, sends the first wave and writes its record
+  // (the caller's Fleet::persist() makes both durable).
+  const Job& start(Fleet& fleet, JobRequest request, std::vector<std::string> rig_ids, std::string job_id,
+                   std::uint64_t now_ms);
+
+  // Re-creates an unfinished job from its record (a broker's start-up): each
+  // rig's state from its command's record, then it goes on (the rigs still
+  // pending are sent to; one whose deadline passed ends now). The caller persists.
+  Expected<const Job*> resume(Fleet& fleet, const JobRecord& record, std::uint64_t now_ms);
+
+  // A command reached a final state: records its rig's outcome and sends to the
+  // next rigs. False if it belongs to no job here.
+  bool command_finished(Fleet& fleet, std::string_view cmd_id, std::uint64_t now_ms);
+
+  // Ends the jobs whose deadline passed, reads back commands in flight (every
+  // kJobReconcileIntervalMs) and writes the records due (kJobSaveIntervalMs).
+  void tick(Fleet& fleet, std::uint64_t now_ms);
+
+  // Writes every running job as it is now (the broker is going away).
+  void save_running(std::uint64_t now_ms);
+
+  const Job* find(std::string_view job_id) const;
+  // Jobs not finished (their owner listens to the Fleet and ticks meanwhile).
+  std::size_t running() const noexcept { return jobs_.size() - finished_.size(); }
+  // Every job in memory, newest first.
+  void for_each_newest_first(const std::function<void(const Job&)>& visit) const;
+
+ private:
+  void dispatch(Fleet& fleet, Job& job);
+  // Over max_errors: stops the job, its pending rigs skipped.
+  static void after_error(Job& job);
+  // The job's change is done: finishes it if nothing is left, or marks it to be saved.
+  void changed(Job& job, std::uint64_t now_ms);
+  void expire(Fleet& fleet, Job& job, std::uint64_t now_ms);
+  void reconcile(Fleet& fleet, std::uint64_t now_ms);
+  void save(Job& job, std::uint64_t now_ms);
+  void forget_finished();
+
+  CommandStore* store_;
+  std::size_t history_;
+  // By job id: UUIDv7, so oldest first. A job's address is stable in a node map,
+  // and the in-flight entries pointing at it go before it does.
+  std::map<std::string, Job, std::less<>> jobs_;
+  std::deque<std::string> finished_;  // in the order they finished
+  // cmd_id -> (its job, the rig's index)
+  std::unordered_map<std::string, std::pair<Job*, std::size_t>, TransparentStringHash, std::equal_to<>> in_flight_;
+  std::uint64_t reconciled_at_ms_ = 0;
+};
+
+}  // namespace fleetlink::broker
