@@ -84,6 +84,15 @@ struct StreamSession {
   std::string rx;   // a frame arriving in pieces
   std::string out;  // answer lines waiting for the end of the turn
   std::size_t out_pos = 0;
+  // This turn's requests, answered at its end, once the fleet has recorded every
+  // command of the turn (one commit for all the frames a turn read).
+  struct Pending {
+    std::string ref;
+    bool until_done = true;
+    std::optional<EnqueueOutcome> outcome;  // unset: `line` is the answer (an error)
+    std::string line;
+  };
+  std::vector<Pending> pending;
   struct Watched {
     std::string ref;
     bool until_done = true;
@@ -192,6 +201,9 @@ void event_stream_heartbeat(Transaction* tx);
 int callback_stream(lws* wsi, lws_callback_reasons reason, void* user, void* in, std::size_t len);
 // Writes the session's pending lines (the end-of-turn flush).
 void write_session(StreamSession* s);
+// Turns the session's pending requests into answer lines; `kept`: whether the
+// fleet recorded this turn's commands (persist()).
+void settle_answers(StreamSession* s, const Expected<void>& kept);
 // Shutdown, while the Fleet is still there: unsubscribe and close with 1001.
 void end_session_for_shutdown(StreamSession* s);
 

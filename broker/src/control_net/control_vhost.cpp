@@ -7,6 +7,8 @@
 
 #include <libwebsockets.h>
 
+#include <algorithm>
+
 #include <cstring>
 #include <new>
 #include <string>
@@ -132,7 +134,16 @@ void run_end_of_turn_flush(lws_sorted_usec_list_t* sul) {
   }
   std::vector<StreamSession*> sessions;
   sessions.swap(flush->sessions);
+  // The turn's commands from every control stream are recorded in one commit
+  // before any of their answers leaves (and before any goes to its rig).
+  const bool asked = std::any_of(sessions.begin(), sessions.end(), [](const StreamSession* s) {
+    return !s->pending.empty();
+  });
+  Expected<void> kept;
+  if (asked && flush->state != nullptr && flush->state->serving()) kept = flush->state->fleet->persist();
   for (StreamSession* s : sessions) {
+    // Still listed while settling: the lines it queues join this flush.
+    if (!s->pending.empty()) settle_answers(s, kept);
     s->flush_pending = false;
     if (!s->write_requested) write_session(s);
   }

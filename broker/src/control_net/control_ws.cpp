@@ -49,15 +49,7 @@ void queue_line(StreamSession* s, std::string line) {
   flush_at_end_of_turn(s);
 }
 
-// One request line: its answer (or, for a new command, what persist() decides) in `answers`.
-struct LineAnswer {
-  std::string ref;
-  bool until_done = true;
-  std::optional<EnqueueOutcome> outcome;  // unset: `line` is the answer (an error)
-  std::string line;
-};
-
-void on_stream_line(StreamSession* s, std::string_view line, std::vector<LineAnswer>& answers) {
+void on_stream_line(StreamSession* s, std::string_view line, std::vector<StreamSession::Pending>& answers) {
   ControlState* state = s->state;
   stream::Request request = stream::parse_line(line);
   if (auto* e = std::get_if<stream::LineError>(&request)) {
@@ -85,23 +77,25 @@ void on_stream_event(StreamSession* s, const FleetEvent& event) {
 }
 
 // A frame's lines ('\n'-separated, a '\r' before it dropped), in order, until
-// one of them closes the stream.
-// The frame's commands are recorded together (one commit) before any answer leaves.
+// one of them closes the stream. Answered at the end of the turn (settle_answers),
+// when the fleet has recorded every command of the turn.
 void on_frame(StreamSession* s, std::string_view frame) {
-  std::vector<LineAnswer> answers;
   while (!frame.empty() && !s->closing) {
     const std::size_t nl = frame.find('\n');
     std::string_view line = frame.substr(0, nl);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (!line.empty()) on_stream_line(s, line, answers);
+    if (!line.empty()) on_stream_line(s, line, s->pending);
     frame = nl == std::string_view::npos ? std::string_view() : frame.substr(nl + 1);
   }
-  const bool created = std::any_of(answers.begin(), answers.end(), [](const LineAnswer& a) {
-    return a.outcome && std::holds_alternative<EnqueueOk>(*a.outcome) && !std::get<EnqueueOk>(*a.outcome).existing;
-  });
-  Expected<void> kept;
-  if (created && s->state->serving()) kept = s->state->fleet->persist();
-  for (LineAnswer& a : answers) {
+  if (!s->pending.empty()) flush_at_end_of_turn(s);
+}
+
+}  // namespace
+
+void settle_answers(StreamSession* s, const Expected<void>& kept) {
+  std::vector<StreamSession::Pending> answers;
+  answers.swap(s->pending);
+  for (StreamSession::Pending& a : answers) {
     if (!a.outcome) {
       queue_line(s, std::move(a.line));
       continue;
@@ -122,6 +116,8 @@ void on_frame(StreamSession* s, std::string_view frame) {
     }
   }
 }
+
+namespace {
 
 int on_established(lws* wsi, StreamPerSession* pss) {
   ControlState* state = state_of(wsi);
