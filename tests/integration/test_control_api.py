@@ -74,6 +74,10 @@ class TestControlApi(harness.LabTestCase):
         self.assertEqual(samples['fleetlink_broker_ack_latency_seconds_bucket{le="+Inf"}'],
                          samples["fleetlink_broker_ack_latency_seconds_count"])
         self.assertIn("# TYPE fleetlink_broker_outbox_depth histogram", text)
+        # The command went to the store: its row, in at least one commit.
+        self.assertGreaterEqual(samples["fleetlink_broker_store_commits_total"], 1)
+        self.assertGreaterEqual(samples["fleetlink_broker_store_rows_written_total"],
+                                samples["fleetlink_broker_commands_enqueued_total"])
         self.assertGreater(samples["fleetlink_broker_process_resident_memory_bytes"], 1e6)
         self.assertGreater(samples["fleetlink_broker_process_open_fds"], 3)
         # Aggregated only: no series names a rig.

@@ -65,12 +65,16 @@ BrokerApp::BrokerApp(BrokerConfig cfg, uv_loop_t* loop, BrokerMetrics& metrics,
       clock_(loop), observer_(metrics, BrokerObserver::Limits{cfg_.rig_rate, cfg_.rig_burst}), rig_(observer_),
       core_(fleet_settings(cfg_), rig_, observer_, clock_, *registry_, *store_, std::random_device{}()),
       gate_(loop, gate_settings(cfg_), observer_, [this] { return core_.draining(); }) {
+  metrics_.store = store_.get();
   rig_.attach(core_, gate_);
   rig_.on_paused([this] { start_resume_timer(); });
   core_.on_drained([this] { stop_loop(0); });
 }
 
-BrokerApp::~BrokerApp() { shutdown(); }
+BrokerApp::~BrokerApp() {
+  shutdown();
+  metrics_.store = nullptr;
+}
 
 int BrokerApp::control_port() const noexcept {
   return control_vhost_ ? lws_get_vhost_listen_port(control_vhost_) : 0;

@@ -187,6 +187,12 @@ std::string BrokerMetrics::render_prometheus(
   }
   w.simple("store_commit_errors_total", "counter", "Commits the command store refused (retried with the next one).",
            store_commit_errors);
+  if (store != nullptr) {
+    const StoreCounters c = store->counters();
+    w.simple("store_commits_total", "counter", "Commits of the command store that wrote something.", c.commits);
+    w.simple("store_rows_written_total", "counter", "Command rows the store wrote (steps of one commit coalesced).",
+             c.rows_written);
+  }
   w.simple("frames_in_total", "counter", "WebSocket frames received from rigs.", frames_in);
   w.simple("frames_out_total", "counter", "WebSocket frames sent to rigs.", frames_out);
   w.simple("tls_handshakes_full_total", "counter",

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "fleet/fleet.hpp"
+#include "store/command_store.hpp"
 
 namespace fleetlink::broker {
 
@@ -59,6 +60,9 @@ struct BrokerMetrics {
   // Prometheus text exposition format 0.0.4. `gauges` adds point-in-time values
   // computed by the caller (e.g. process RSS).
   std::string render_prometheus(const std::map<std::string, double>& extra_gauges = {}) const;
+
+  // The command store's own counters (set by the application; null: none).
+  const CommandStore* store = nullptr;
 };
 
 }  // namespace fleetlink::broker

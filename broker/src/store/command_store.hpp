@@ -69,6 +69,13 @@ struct RetentionPolicy {
   std::uint64_t max_commands = 1'000'000;               // beyond this, the oldest finished commands go
 };
 
+// What a store did, for /metrics.
+struct StoreCounters {
+  std::uint64_t commits = 0;          // commits that wrote something
+  std::uint64_t commit_failures = 0;  // their writes stayed pending for the next one
+  std::uint64_t rows_written = 0;     // command rows, after coalescing
+};
+
 class CommandStore {
  public:
   using CommandCallback = std::function<void(std::optional<CommandView>)>;
@@ -83,6 +90,7 @@ class CommandStore {
   virtual bool durable() const noexcept = 0;
   // Usable now (for /readyz).
   virtual bool up() const noexcept = 0;
+  virtual StoreCounters counters() const noexcept { return {}; }
 
   // ---- start-up ----
   virtual Expected<StoreSnapshot> load() = 0;

@@ -146,6 +146,9 @@ class SqliteStore final : public CommandStore {
 
   const std::string& path() const noexcept { return path_; }
   SqliteStats stats() const noexcept;
+  StoreCounters counters() const noexcept override {
+    return {stats_.commits, stats_.commit_failures, stats_.rows_written};
+  }
   // One checkpoint round now, on this thread (tests, benchmarks).
   void checkpoint_now();
 
