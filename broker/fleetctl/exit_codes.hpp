@@ -5,22 +5,23 @@ namespace fleetctl {
 
 enum ExitCode : int {
   kOk = 0,
-  kFailed = 1,           // the command failed, was NACKed or lost; or the API refused the request
+  kFailed = 1,           // the command did not succeed, a job's rig was not ok; or the API refused the request
   kUnreachable = 2,      // the control API could not be reached
-  kUnknownRig = 3,       // no live connection for that rig
+  kUnknownRig = 3,       // the broker has never seen that rig
   kRigUnresponsive = 4,  // the rig's outbox is full (see the suggested action)
-  kTimeout = 5,          // --wait gave up before the command finished
+  kTimeout = 5,          // --wait gave up before the command (or job) finished
   kUsage = 64,           // bad command line
 };
 
 inline constexpr const char* kExitCodeHelp =
     "Exit codes:\n"
-    "  0   success (send --wait: result status ok or scheduled)\n"
-    "  1   command failed, NACKed or lost, or the control API refused the request\n"
+    "  0   success (send --wait: the command succeeded; a job: every rig ok)\n"
+    "  1   the command did not succeed (failed, timed_out, rejected, ...), a finished job has a rig\n"
+    "      failed, refused, silent or skipped, or the control API refused the request\n"
     "  2   control API unreachable\n"
-    "  3   unknown rig (no live connection)\n"
+    "  3   unknown rig (the broker has never seen it)\n"
     "  4   rig unresponsive (outbox full); the message says what to do\n"
-    "  5   timed out waiting for the command (send --wait --timeout)\n"
+    "  5   timed out waiting (send/job --wait --timeout); the command or job goes on\n"
     "  64  bad command line\n"
     "Environment: FLEETCTL_CONTROL (control URL), FLEETCTL_TOKEN (bearer token).\n";
 

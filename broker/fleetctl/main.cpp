@@ -1,7 +1,9 @@
 // fleetctl: operator CLI for the fleetlink broker's control API.
 //
 //   fleetctl rigs | rig RIG | send RIG KIND [--lines N] [--arg k=v]... [--wait]
-//            send (--rig-glob G | --label k=v)... KIND [--max-concurrency N] [--max-errors M]
+//            send (--rig-glob G | --label k=v)... KIND [--max-concurrency N|P%] [--max-errors N|P%]
+//                 [--deadline S] [--wait]                               (a job)
+//            jobs [--state S] [--limit N] | job JOB_ID [--wait]
 //            status CMD_ID | cancel CMD_ID | reconnect RIG | drain [--window-ms N] | events | health
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -70,7 +72,7 @@ int api_error(const HttpResult& r, const Globals& g) {
   }
   if (error == "unknown_rig") {
     return fail(kUnknownRig, "unknown rig " + field_text(body, "rig_id") +
-                                 " (no live connection to this broker): " + detail);
+                                 ": " + detail);
   }
   if (error == "rig_unresponsive") {
     const std::string rig = field_text(body, "rig_id");
@@ -82,6 +84,7 @@ int api_error(const HttpResult& r, const Globals& g) {
     return fail(kRigUnresponsive, message);
   }
   if (error == "unknown_command") return fail(kFailed, "unknown command: " + detail);
+  if (error == "unknown_job") return fail(kFailed, "unknown job " + field_text(body, "job_id") + ": " + detail);
   if (error == "-") {
     return fail(kFailed, "HTTP " + std::to_string(r.status) + " from the control API: " + r.body);
   }
@@ -189,28 +192,108 @@ bool build_args(int lines, const std::vector<std::string>& arg_list, json& args)
   return true;
 }
 
+// A command's own deadlines (every rig's, for a job): unset when negative.
+struct CommandDeadlines {
+  long deliver_within_s = -1;
+  long timeout_s = -1;
+  void add_to(json& request) const {
+    if (deliver_within_s >= 0) request["deliver_within_s"] = deliver_within_s;
+    if (timeout_s >= 0) request["timeout_s"] = timeout_s;
+  }
+};
+
 struct FanOut {
   std::string rig_glob;
   std::vector<std::string> labels;   // k=v
-  long max_concurrency = -1;
-  long max_errors = -1;
+  std::string max_concurrency;       // "N" or "P%"; empty: all at once
+  std::string max_errors;            // likewise; empty: never stop
+  long deadline_s = -1;
   bool wanted() const { return !rig_glob.empty() || !labels.empty(); }
 };
 
-void print_batch(const json& batch) {
-  std::printf("%-24s %-38s %-10s %-9s %s\n", "RIG", "CMD_ID", "OUTCOME", "STATE", "ERROR");
-  for (const json& r : batch.value("rigs", json::array())) {
-    std::printf("%-24s %-38s %-10s %-9s %s\n", field_text(r, "rig_id").c_str(),
-                field_text(r, "cmd_id").c_str(), field_text(r, "outcome").c_str(),
-                field_text(r, "state").c_str(), field_text(r, "error").c_str());
-  }
-  std::fflush(stdout);
+// "3" as the number 3, "10%" as the string: the API takes both.
+json share_json(const std::string& text) {
+  if (!text.empty() && std::all_of(text.begin(), text.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+    return std::stoull(text);
+  return text;
 }
 
-// fleetctl send --rig-glob G / --label k=v KIND: POST /v1/commands, then
-// (with --wait) poll GET /v1/batches/{id} until no command is in flight.
-int cmd_send_batch(ControlClient& c, const Globals& g, const FanOut& fan, const std::string& kind,
-                   const json& args, bool wait, double timeout_s) {
+// --max-errors and --max-concurrency: a whole number, or a percentage with at most two decimals.
+std::string share_check(const std::string& text) {
+  std::size_t i = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+  if (i == 0 || i > 7) return "a number of rigs or a percentage of them (10%) expected, got '" + text + "'";
+  if (i == text.size()) return {};
+  std::size_t j = i;
+  if (text[j] == '.') {
+    ++j;
+    const std::size_t digits = j;
+    while (j < text.size() && text[j] >= '0' && text[j] <= '9') ++j;
+    if (j == digits || j - digits > 2) return "a percentage has at most two decimals: '" + text + "'";
+  }
+  if (j + 1 == text.size() && text[j] == '%') return {};
+  return "a number of rigs or a percentage of them (10%) expected, got '" + text + "'";
+}
+
+int print_job(const Globals& g, const json& job) {
+  if (g.json_output) {
+    std::cout << job.dump() << "\n";
+  } else {
+    std::cout << job_summary(job);
+    if (job.contains("rigs")) std::cout << "\n" << job_rigs_table(job);
+  }
+  std::cout.flush();
+  return kOk;
+}
+
+// Exit code for a finished job, with the reason on stderr.
+int finished_job_exit(const json& job) {
+  if (job_all_ok(job)) return kOk;
+  std::string why;
+  const json counts = job.value("counts", json::object());
+  for (const char* o : {"failed", "refused", "silent", "skipped"}) {
+    const long n = counts.value(o, 0L);
+    if (n > 0) why += (why.empty() ? "" : ", ") + std::to_string(n) + " " + o;
+  }
+  return fail(kFailed, "job " + field_text(job, "job_id") + " " + field_text(job, "state") + ": " +
+                           (why.empty() ? "not every rig ok" : why));
+}
+
+// Follows a job until it is no longer running (timeout_s <= 0: until then; its
+// deadline bounds it), asking without the rig list meanwhile; then `job` is all
+// of it. kOk, or the exit code of what went wrong (reported).
+int wait_job(ControlClient& c, const Globals& g, const std::string& job_id, double timeout_s, json& job) {
+  const bool bounded = timeout_s > 0;
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(bounded ? timeout_s : 0));
+  auto delay = std::chrono::milliseconds(100);
+  const std::string path = "/v1/jobs/" + c.escape(job_id);
+  TransportError e;
+  while (field_text(job, "state") == "running" || !job.is_object()) {
+    if (bounded && Clock::now() >= deadline) {
+      if (!g.json_output) std::cerr << job_summary(job);
+      return fail(kTimeout, "timed out after " + std::to_string(timeout_s) + "s waiting for job " + job_id +
+                                " (it goes on; see: fleetctl job " + job_id + ")");
+    }
+    if (job.is_object()) std::this_thread::sleep_for(delay);
+    delay = std::min(delay * 2, std::chrono::milliseconds(1000));
+    const auto s = c.call("GET", path + "?rigs=false", {}, e, 10000);
+    if (!s) return unreachable(e);
+    if (s->status != 200) return api_error(*s, g);
+    job = parse_json(s->body);
+    if (!job.is_object()) return fail(kFailed, "control API answered invalid JSON");
+  }
+  const auto s = c.call("GET", path, {}, e, 30000);
+  if (!s) return unreachable(e);
+  if (s->status != 200) return api_error(*s, g);
+  job = parse_json(s->body);
+  return job.is_object() ? kOk : fail(kFailed, "control API answered invalid JSON");
+}
+
+// fleetctl send --rig-glob G / --label k=v KIND: POST /v1/jobs, the job's id on
+// the first line; with --wait, followed to its end.
+int cmd_send_job(ControlClient& c, const Globals& g, const FanOut& fan, const std::string& kind,
+                 const json& args, const CommandDeadlines& deadlines, bool wait, double timeout_s) {
   json targets = json::object();
   if (!fan.rig_glob.empty()) targets["glob"] = fan.rig_glob;
   if (!fan.labels.empty()) {
@@ -225,48 +308,73 @@ int cmd_send_batch(ControlClient& c, const Globals& g, const FanOut& fan, const 
     targets["labels"] = labels;
   }
   json request{{"kind", kind}, {"args", args}, {"targets", targets}};
-  if (fan.max_concurrency >= 0) request["max_concurrency"] = fan.max_concurrency;
-  if (fan.max_errors >= 0) request["max_errors"] = fan.max_errors;
+  if (!fan.max_concurrency.empty()) request["max_concurrency"] = share_json(fan.max_concurrency);
+  if (!fan.max_errors.empty()) request["max_errors"] = share_json(fan.max_errors);
+  if (fan.deadline_s >= 0) request["deadline_s"] = fan.deadline_s;
+  deadlines.add_to(request);
   TransportError e;
-  const auto r = c.call("POST", "/v1/commands", request.dump(), e);
+  // Waiting: the answer without its rig list (3 MB for 20,000 rigs); the end has it.
+  const auto r = c.call("POST", wait ? "/v1/jobs?rigs=false" : "/v1/jobs", request.dump(), e);
   if (!r) return unreachable(e);
   if (r->status != 202) return api_error(*r, g);
-  json batch = parse_json(r->body);
-  const std::string batch_id = field_text(batch, "batch_id");
-  if (wait) {
-    std::cerr << "batch " << batch_id << ": " << kind << " to "
-              << batch.value("rigs", json::array()).size() << " rigs\n";
-    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                             std::chrono::duration<double>(timeout_s));
-    while (field_text(batch, "state") == "running") {
-      if (Clock::now() >= deadline) {
-        if (!g.json_output) print_batch(batch);
-        return fail(kTimeout, "timed out after " + std::to_string(timeout_s) +
-                                  "s waiting for batch " + batch_id);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      const auto s = c.call("GET", "/v1/batches/" + c.escape(batch_id), {}, e, 10000);
-      if (!s) return unreachable(e);
-      if (s->status != 200) return api_error(*s, g);
-      batch = parse_json(s->body);
-    }
+  json job = parse_json(r->body);
+  const std::string job_id = field_text(job, "job_id");
+  if (!g.json_output) {
+    std::cout << "job " << job_id << "\n";
+    std::cout.flush();
   }
+  if (!wait) return print_job(g, job);
+  std::cerr << "job " << job_id << ": " << kind << " to " << field_text(job.value("counts", json::object()), "total")
+            << " rigs, deadline " << field_text(job, "deadline_at") << "\n";
+  if (const int rc = wait_job(c, g, job_id, timeout_s, job); rc != kOk) return rc;
+  print_job(g, job);
+  return finished_job_exit(job);
+}
+
+// fleetctl jobs [--state S] [--limit N]: the history, newest first.
+int cmd_jobs(ControlClient& c, const Globals& g, const std::string& state, long limit) {
+  std::string query;
+  if (!state.empty()) query += "state=" + c.escape(state);
+  if (limit > 0) query += std::string(query.empty() ? "" : "&") + "limit=" + std::to_string(limit);
+  TransportError e;
+  const auto r = c.call("GET", "/v1/jobs" + (query.empty() ? "" : "?" + query), {}, e);
+  if (!r) return unreachable(e);
+  if (r->status != 200) return api_error(*r, g);
   if (g.json_output) {
-    std::cout << batch.dump() << "\n";
-  } else {
-    if (!wait) std::cout << "batch " << batch_id << "\n";
-    print_batch(batch);
+    print_raw(r->body);
+    return kOk;
   }
-  if (!wait) return kOk;
-  const json counts = batch.value("counts", json::object());
-  return counts.value("ok", 0) == counts.value("total", -1) ? kOk : kFailed;
+  const json body = parse_json(r->body);
+  if (body.is_discarded()) return fail(kFailed, "control API answered invalid JSON");
+  std::cout << jobs_table(body);
+  return kOk;
+}
+
+// fleetctl job JOB_ID [--wait]: counts and every rig; a finished job that did
+// not go well everywhere exits 1.
+int cmd_job(ControlClient& c, const Globals& g, const std::string& job_id, bool wait, double timeout_s) {
+  json job;
+  if (wait) {
+    if (const int rc = wait_job(c, g, job_id, timeout_s, job); rc != kOk) return rc;
+  } else {
+    TransportError e;
+    const auto r = c.call("GET", "/v1/jobs/" + c.escape(job_id), {}, e);
+    if (!r) return unreachable(e);
+    if (r->status != 200) return api_error(*r, g);
+    job = parse_json(r->body);
+    if (!job.is_object()) return fail(kFailed, "control API answered invalid JSON");
+  }
+  print_job(g, job);
+  return field_text(job, "state") == "running" ? kOk : finished_job_exit(job);
 }
 
 int cmd_send(ControlClient& c, const Globals& g, const std::string& rig, const std::string& kind,
-             int lines, const std::vector<std::string>& arg_list, bool wait, double timeout_s) {
+             int lines, const std::vector<std::string>& arg_list, const CommandDeadlines& deadlines, bool wait,
+             double timeout_s) {
   json args;
   if (!build_args(lines, arg_list, args)) return kUsage;
-  const json request{{"kind", kind}, {"args", args}};
+  json request{{"kind", kind}, {"args", args}};
+  deadlines.add_to(request);
   TransportError e;
   const auto r = c.call("POST", "/v1/rigs/" + c.escape(rig) + "/commands", request.dump(), e);
   if (!r) return unreachable(e);
@@ -484,38 +592,71 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", g.token_file, "read the bearer token from this file");
   app.add_flag("--json", g.json_output, "print the control API's raw JSON");
 
-  auto* rigs = app.add_subcommand("rigs", "list live rigs");
+  auto* rigs = app.add_subcommand("rigs", "list rigs (connected, and known offline ones)");
   RigsFilter rigs_filter;
-  rigs->add_option("--state", rigs_filter.state, "only rigs in this state (connected, unresponsive, draining)");
+  rigs->add_option("--state", rigs_filter.state, "only rigs in this state (connected, unresponsive, draining, offline)");
   rigs->add_option("--rig", rigs_filter.rig_glob, "only rig ids matching this glob (rig-04*)");
   rigs->add_option("--label", rigs_filter.label, "only rigs with this label (key or key=value)");
   std::string rig_id;
   auto* rig = app.add_subcommand("rig", "show one rig, with its unacknowledged commands");
   rig->add_option("RIG", rig_id, "rig id")->required();
 
-  auto* send = app.add_subcommand("send", "send a command to a rig");
+  auto* send = app.add_subcommand(
+      "send",
+      "send a command to a rig, or (--rig-glob/--label) a job: the command to every rig selected, "
+      "its id printed first");
   std::string kind;
   int lines = -1;
   std::vector<std::string> args;
   bool wait = false;
   double timeout_s = 30;
+  CommandDeadlines deadlines;
   send->add_option("RIG", rig_id, "rig id (left out with --rig-glob/--label)")->required();
   send->add_option("KIND", kind, "command kind (dmesg, reboot, suite, or a plugin's)");
   FanOut fan;
-  send->add_option("--rig-glob", fan.rig_glob, "send to every live rig whose id matches (rig-04*)");
-  send->add_option("--label", fan.labels, "send to every live rig with this label k=v (repeatable)")
+  const CLI::Validator share_validator(share_check, "N|P%");
+  send->add_option("--rig-glob", fan.rig_glob, "a job to every known rig whose id matches (rig-04*)");
+  send->add_option("--label", fan.labels, "a job to every known rig with this label k=v (repeatable)")
       ->allow_extra_args(false);  // one k=v per --label: KIND may follow
   send->add_option("--max-concurrency", fan.max_concurrency,
-                   "fan-out: commands in flight at once (default: all)")
-      ->check(CLI::NonNegativeNumber);
+                   "job: commands in flight at once, a number or a share of the rigs (25%) (default: all)")
+      ->check(share_validator);
   send->add_option("--max-errors", fan.max_errors,
-                   "fan-out: stop sending after more than this many failures")
-      ->check(CLI::NonNegativeNumber);
+                   "job: stop sending once more than this many rigs failed, a number or a share (10%)")
+      ->check(share_validator);
+  send->add_option("--deadline", fan.deadline_s,
+                   "job: seconds until it ends whatever its rigs do; unacknowledged or unanswered rigs are "
+                   "then silent (default: the longest its commands can take, at most 7 days)")
+      ->check(CLI::Range(1L, 7L * 24 * 3600));
+  send->add_option("--deliver-within", deadlines.deliver_within_s,
+                   "seconds for the command to be acknowledged, else undeliverable (default: the kind's)")
+      ->check(CLI::Range(1L, 7L * 24 * 3600));
+  send->add_option("--cmd-timeout", deadlines.timeout_s,
+                   "seconds for the command's result once acknowledged, else timed_out (default: the kind's)")
+      ->check(CLI::Range(1L, 7L * 24 * 3600));
   send->add_option("--lines", lines, "dmesg: number of lines (args.lines)")->check(CLI::NonNegativeNumber);
   send->add_option("--arg", args, "extra argument key=value (repeatable)");
-  send->add_flag("--wait", wait, "wait for the result and print its output");
+  send->add_flag("--wait", wait,
+                 "wait for the result and print its output; a job: follow it to its end, exit 1 unless every "
+                 "rig is ok");
   send->add_option("--timeout", timeout_s, "seconds to wait with --wait")
       ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+
+  auto* jobs = app.add_subcommand("jobs", "list jobs, newest first (the store's history)");
+  std::string job_state;
+  long job_limit = 0;
+  jobs->add_option("--state", job_state, "only jobs in this state (running, done, stopped, expired)");
+  jobs->add_option("--limit", job_limit, "at most this many (default 100, at most 1000)")
+      ->check(CLI::Range(1L, 1000L));
+
+  auto* job = app.add_subcommand("job", "show a job: its counts and every rig's outcome, state and error");
+  std::string job_id;
+  bool job_wait = false;
+  double job_timeout_s = 0;
+  job->add_option("JOB_ID", job_id, "job id (from send --rig-glob/--label, or fleetctl jobs)")->required();
+  job->add_flag("--wait", job_wait, "follow it to its end (its deadline bounds that); exit 1 unless every rig is ok");
+  job->add_option("--timeout", job_timeout_s, "seconds to wait with --wait (default: until it ends)")
       ->check(CLI::PositiveNumber);
 
   auto* status = app.add_subcommand("status", "show a command's state and result");
@@ -565,11 +706,15 @@ int main(int argc, char** argv) {
       if (!kind.empty()) return fail(kUsage, "send --rig-glob/--label takes KIND only, not RIG");
       json cmd_args;
       if (!build_args(lines, args, cmd_args)) return kUsage;
-      return cmd_send_batch(client, g, fan, rig_id, cmd_args, wait, timeout_s);
+      return cmd_send_job(client, g, fan, rig_id, cmd_args, deadlines, wait, timeout_s);
     }
     if (kind.empty()) return fail(kUsage, "send needs RIG and KIND");
-    return cmd_send(client, g, rig_id, kind, lines, args, wait, timeout_s);
+    if (!fan.max_concurrency.empty() || !fan.max_errors.empty() || fan.deadline_s >= 0)
+      return fail(kUsage, "--max-concurrency, --max-errors and --deadline are for a job (--rig-glob/--label)");
+    return cmd_send(client, g, rig_id, kind, lines, args, deadlines, wait, timeout_s);
   }
+  if (*jobs) return cmd_jobs(client, g, job_state, job_limit);
+  if (*job) return cmd_job(client, g, job_id, job_wait, job_timeout_s);
   if (*status) return cmd_status(client, g, cmd_id);
   if (*cancel) return cmd_cancel(client, g, cmd_id);
   if (*reconnect) return cmd_reconnect(client, g, rig_id);

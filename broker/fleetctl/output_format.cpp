@@ -207,6 +207,91 @@ std::string command_summary(const json& cmd) {
   return out;
 }
 
+namespace {
+
+constexpr const char* kOutcomes[] = {"pending", "dispatched", "ok", "failed", "refused", "skipped", "silent"};
+
+std::uint64_t count_of(const json& counts, const char* key) {
+  return optional_ms(field(counts, key)).value_or(0);
+}
+
+// A limit as resolved, with the share it came from: "2 (25%)", "3"; `none`
+// when unset (or 0, when `zero_is_none`: a concurrency of 0 is all at once).
+std::string limit_text(const json& job, const char* key, const char* given_key, const char* none, bool zero_is_none) {
+  const json& v = field(job, key);
+  if (v.is_null() || (zero_is_none && v == 0)) return none;
+  std::string out = text_of(v);
+  const json& given = field(job, given_key);
+  if (given.is_string()) out += " (" + given.get<std::string>() + ")";
+  return out;
+}
+
+}  // namespace
+
+std::string jobs_table(const json& body) {
+  std::vector<std::vector<std::string>> rows;
+  const json& jobs = field(body, "jobs");
+  if (jobs.is_array()) {
+    for (const json& j : jobs) {
+      const json& c = field(j, "counts");
+      rows.push_back({text_of(field(j, "job_id")), text_of(field(j, "state")), text_of(field(j, "kind")),
+                      text_of(field(j, "created_at")), std::to_string(count_of(c, "total")),
+                      std::to_string(count_of(c, "pending") + count_of(c, "dispatched")),
+                      std::to_string(count_of(c, "ok")), std::to_string(count_of(c, "failed")),
+                      std::to_string(count_of(c, "refused")), std::to_string(count_of(c, "skipped")),
+                      std::to_string(count_of(c, "silent"))});
+    }
+  }
+  return render_table(
+      {"JOB_ID", "STATE", "KIND", "CREATED", "RIGS", "RUNNING", "OK", "FAILED", "REFUSED", "SKIPPED", "SILENT"}, rows);
+}
+
+std::string job_summary(const json& job) {
+  std::string out;
+  auto line = [&](const char* label, const std::string& value) {
+    out += label;
+    out += value;
+    out += '\n';
+  };
+  line("job:          ", text_of(field(job, "job_id")));
+  std::string kind = text_of(field(job, "kind"));
+  const json& a = field(job, "args");
+  if (a.is_object()) {
+    for (const auto& [k, v] : a.items()) kind += " " + k + "=" + text_of(v);
+  }
+  line("command:      ", kind);
+  line("state:        ", text_of(field(job, "state")));
+  line("created_at:   ", text_of(field(job, "created_at")));
+  line("deadline_at:  ", text_of(field(job, "deadline_at")) + " (" + text_of(field(job, "deadline_s")) + " s)");
+  if (const json& at = field(job, "finished_at"); at.is_string()) line("finished_at:  ", text_of(at));
+  line("concurrency:  ", limit_text(job, "max_concurrency", "max_concurrency_given", "all at once", true));
+  line("max_errors:   ", limit_text(job, "max_errors", "max_errors_given", "none (never stops)", false));
+  const json& c = field(job, "counts");
+  std::string counts = text_of(field(c, "total")) + " rigs";
+  for (const char* o : kOutcomes) {
+    if (const std::uint64_t n = count_of(c, o); n > 0) counts += ", " + std::to_string(n) + " " + o;
+  }
+  line("rigs:         ", counts);
+  return out;
+}
+
+std::string job_rigs_table(const json& job) {
+  std::vector<std::vector<std::string>> rows;
+  const json& rigs = field(job, "rigs");
+  if (rigs.is_array()) {
+    for (const json& r : rigs) {
+      rows.push_back({text_of(field(r, "rig_id")), text_of(field(r, "cmd_id")), text_of(field(r, "outcome")),
+                      text_of(field(r, "state")), text_of(field(r, "error")), text_of(field(r, "detail"))});
+    }
+  }
+  return render_table({"RIG", "CMD_ID", "OUTCOME", "STATE", "ERROR", "DETAIL"}, rows);
+}
+
+bool job_all_ok(const json& job) {
+  const json& c = field(job, "counts");
+  return field(job, "state") != "running" && count_of(c, "ok") == count_of(c, "total");
+}
+
 std::string event_line(const json& e) {
   std::string out = text_of(field(e, "at")) + " " + text_of(field(e, "type"));
   const json& rig = field(e, "rig_id");

@@ -25,6 +25,18 @@ std::string rig_detail(const nlohmann::json& rig);
 // GET /v1/commands/{id} body -> key: value lines (output not included).
 std::string command_summary(const nlohmann::json& cmd);
 
+// GET /v1/jobs body -> JOB_ID STATE KIND CREATED RIGS RUNNING OK FAILED REFUSED SKIPPED SILENT
+std::string jobs_table(const nlohmann::json& body);
+
+// GET /v1/jobs/{id} body -> key: value lines (state, deadline, limits, counts).
+std::string job_summary(const nlohmann::json& job);
+
+// The job's rigs -> RIG CMD_ID OUTCOME STATE ERROR DETAIL (in the job's order).
+std::string job_rigs_table(const nlohmann::json& job);
+
+// Whether every rig of a finished job is ok (what `job --wait` exits 0 on).
+bool job_all_ok(const nlohmann::json& job);
+
 // One SSE event's data -> "TIME TYPE rig=… cmd=… detail".
 std::string event_line(const nlohmann::json& event);
 

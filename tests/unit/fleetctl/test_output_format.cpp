@@ -63,3 +63,43 @@ TEST_CASE("fleetctl: command summary and event lines") {
       R"({"type":"command_acked","rig_id":"rig-a","at":"t","cmd_id":"c1","detail":""})");
   CHECK(fleetctl::event_line(ev) == "t command_acked rig=rig-a cmd=c1");
 }
+
+TEST_CASE("fleetctl: jobs table, job summary and its rigs") {
+  const json list = json::parse(R"({"jobs":[
+    {"job_id":"j2","kind":"suite","state":"running","created_at":"t2",
+     "counts":{"total":4,"pending":1,"dispatched":2,"ok":1,"failed":0,"refused":0,"skipped":0,"silent":0}},
+    {"job_id":"j1","kind":"dmesg","state":"expired","created_at":"t1",
+     "counts":{"total":3,"pending":0,"dispatched":0,"ok":1,"failed":0,"refused":0,"skipped":1,"silent":1}}],
+    "next_before":null})");
+  CHECK(fleetctl::jobs_table(list) ==
+        "JOB_ID  STATE    KIND   CREATED  RIGS  RUNNING  OK  FAILED  REFUSED  SKIPPED  SILENT\n"
+        "j2      running  suite  t2       4     3        1   0       0        0        0\n"
+        "j1      expired  dmesg  t1       3     0        1   0       0        1        1\n");
+  const json job = json::parse(R"({"job_id":"j1","kind":"suite","args":{"suite":"7"},"state":"expired",
+    "created_at":"t1","deadline_s":60,"deadline_at":"t9","finished_at":"t9","max_concurrency":2,
+    "max_concurrency_given":"50%","max_errors":null,"max_errors_given":null,
+    "counts":{"total":3,"pending":0,"dispatched":0,"ok":1,"failed":0,"refused":0,"skipped":1,"silent":1},
+    "rigs":[{"rig_id":"rig-a","outcome":"ok","cmd_id":"c1","state":"succeeded","error":null,"detail":null},
+            {"rig_id":"rig-b","outcome":"silent","cmd_id":"c2","state":"sent","error":"never_acknowledged",
+             "detail":"no ACK"},
+            {"rig_id":"rig-c","outcome":"skipped","cmd_id":null,"state":null,"error":null,"detail":"not sent"}]})");
+  const std::string s = fleetctl::job_summary(job);
+  CHECK(s.find("job:          j1\n") != std::string::npos);
+  CHECK(s.find("command:      suite suite=7\n") != std::string::npos);
+  CHECK(s.find("state:        expired\n") != std::string::npos);
+  CHECK(s.find("deadline_at:  t9 (60 s)\n") != std::string::npos);
+  CHECK(s.find("concurrency:  2 (50%)\n") != std::string::npos);
+  CHECK(s.find("max_errors:   none (never stops)\n") != std::string::npos);
+  CHECK(s.find("rigs:         3 rigs, 1 ok, 1 skipped, 1 silent\n") != std::string::npos);
+  CHECK(fleetctl::job_rigs_table(job) ==
+        "RIG    CMD_ID  OUTCOME  STATE      ERROR               DETAIL\n"
+        "rig-a  c1      ok       succeeded  -                   -\n"
+        "rig-b  c2      silent   sent       never_acknowledged  no ACK\n"
+        "rig-c  -       skipped  -          -                   not sent\n");
+  CHECK_FALSE(fleetctl::job_all_ok(job));
+  const json fine = json::parse(R"({"state":"done","counts":{"total":2,"ok":2}})");
+  CHECK(fleetctl::job_all_ok(fine));
+  const json early = json::parse(R"({"state":"running","counts":{"total":2,"ok":2}})");
+  CHECK_FALSE(fleetctl::job_all_ok(early));
+  CHECK(fleetctl::jobs_table(json::object()).rfind("JOB_ID", 0) == 0);
+}
