@@ -1,6 +1,7 @@
-"""Fan-out (POST /v1/commands with targets, GET /v1/batches/{id}, fleetctl send
---rig-glob/--label) with a real broker and real agents: target selection by
-ids, glob and labels; max_concurrency; max_errors stops the batch."""
+"""Fan-out through the older names of jobs (POST /v1/commands with targets,
+GET /v1/batches/{id}; test_jobs.py has the rest) and fleetctl send
+--rig-glob/--label, with a real broker and real agents: target selection by
+ids, glob and labels; max_concurrency; max_errors stops the job."""
 import json
 import os
 import subprocess
@@ -43,6 +44,7 @@ class TestBatches(harness.LabTestCase):
             "targets": {"glob": "rig-04*", "labels": {"lab": "b2"}},
             "max_concurrency": 1})
         self.assertEqual(status, 202, body)
+        self.assertEqual(body["batch_id"], body["job_id"])  # the older name, for existing clients
         self.assertEqual([r["rig_id"] for r in body["rigs"]], ["rig-0401", "rig-0402"])
         # One at a time: the second waits for the first.
         self.assertEqual([r["outcome"] for r in body["rigs"]], ["dispatched", "pending"])
@@ -50,6 +52,9 @@ class TestBatches(harness.LabTestCase):
         self.assertEqual(final["state"], "done")
         self.assertEqual([r["outcome"] for r in final["rigs"]], ["ok", "ok"])
         self.assertEqual(final["counts"]["ok"], 2)
+        status, job = self.broker.api("GET", f"/v1/jobs/{body['job_id']}")
+        self.assertEqual(status, 200, job)
+        self.assertEqual(job["rigs"], final["rigs"])
         for r in final["rigs"]:
             self.assertEqual(self.broker.command(r["cmd_id"])["rig_id"], r["rig_id"])
 

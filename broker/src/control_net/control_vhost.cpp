@@ -224,9 +224,10 @@ fleetlink::Expected<lws_vhost*> create_control_vhost(lws_context* context,
   auto* state = new (std::nothrow) ControlState();
   if (state == nullptr) return make_error(Errc::io, "out of memory");
   state->options = options;
-  // With a store, finished jobs are read back from it: memory keeps the last few.
+  // With a store, finished jobs are read back from it: memory keeps the last few
+  // (a fleet-wide one holds ~3 MB of rigs).
   const bool durable = options.store != nullptr && options.store->durable();
-  state->jobs.set_store(options.store, durable ? 64 : 1000);
+  state->jobs.set_store(options.store, durable ? 16 : 1000);
   state->options.jobs = &state->jobs;
   state->fleet = &fleet;
   state->metrics = &metrics;

@@ -206,6 +206,7 @@ TEST_CASE("control API table: every path's Allow is what the API always answered
                         Case{"DELETE", "/v1/rigs", "GET"}, Case{"POST", "/v1/rigs/r1", "GET"},
                         Case{"GET", "/v1/rigs/r1/commands", "POST"}, Case{"GET", "/v1/rigs/r1/reconnect", "POST"},
                         Case{"DELETE", "/v1/commands", "GET, POST"}, Case{"POST", "/v1/batches/b1", "GET"},
+                        Case{"DELETE", "/v1/jobs", "GET, POST"}, Case{"POST", "/v1/jobs/j1", "GET"},
                         Case{"POST", "/v1/commands/c1", "GET"}, Case{"GET", "/v1/commands/c1/cancel", "POST"},
                         Case{"GET", "/v1/admin/drain", "POST"}, Case{"POST", "/v1/events", "GET"},
                         Case{"HEAD", "/v1/events", "GET"}}) {
