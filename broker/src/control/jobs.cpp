@@ -206,6 +206,10 @@ CommandSummary summary_of(const CommandView& c) {
   return s;
 }
 
+// A resumed job reads its commands' records this many at a time: each may carry
+// 64 KiB of output, and a fleet-wide job has 20,000.
+constexpr std::size_t kResumePage = 500;
+
 std::optional<CommandSummary> read_summary(const Fleet& fleet, std::string_view cmd_id) {
   std::optional<CommandSummary> out;
   fleet.read_command(cmd_id, [&](const CommandView& c) { out = summary_of(c); });
@@ -301,7 +305,7 @@ Expected<const Job*> JobTable::resume(Fleet& fleet, const JobRecord& record, std
   std::unordered_map<std::string, CommandSummary, TransparentStringHash, std::equal_to<>> by_rig;
   CommandQuery q;
   q.job_id = job.job_id;
-  q.limit = 500;
+  q.limit = kResumePage;
   for (;;) {
     const std::vector<CommandView> page = fleet.list_commands(q);
     for (const CommandView& c : page) by_rig.try_emplace(c.rig_id, summary_of(c));
