@@ -97,6 +97,8 @@ void CommandTable::evict() {
   // finished_ may name commands already erased or re-inserted in flight: skipped.
   while (by_id_.size() > capacity_ && !finished_.empty()) {
     const auto it = by_id_.find(finished_.front());
+    // One whose end the store has not got yet stays until the interval commit.
+    if (it != by_id_.end() && it->second.unsaved) break;
     if (it != by_id_.end() && is_final(it->second.state)) {
       if (!it->second.idempotency_key.empty()) {
         const auto k = by_key_.find(it->second.idempotency_key);

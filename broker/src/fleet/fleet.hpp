@@ -109,6 +109,10 @@ struct CommandView {
   bool in_outbox = false;                 // in the outbox of its rig's connection here
   std::uint64_t reconcile_by_ms = 0;      // its rig came back with a new boot_id: its report is due by then
   std::uint64_t cancel_by_ms = 0;         // a CANCEL went out: its answer is due by then
+  // A step taken since the store last had it: written with the next interval
+  // commit, so an ACK and the RESULT after it become one row.
+  bool unsaved = false;
+  bool unsaved_result = false;            // ...and its result with it
 };
 
 // POST /v1/rigs/{rig}/commands, one rig's share of a job, a line of the control stream.

@@ -86,19 +86,43 @@ Expected<void> FleetCore::persist() {
 }
 
 void FleetCore::commit_if_due() {
-  if (!uncommitted_.empty()) {
-    (void)persist();  // a caller that did not persist its commands: they go now
-    return;
-  }
-  if (store_.pending() && clock_.wall_ms() - last_commit_ms_ >= settings_.store_commit_interval_ms) (void)commit();
+  if (!uncommitted_.empty()) (void)persist();  // a caller that did not persist its commands: they go now
+  save_unsaved();
+  if (store_.pending()) (void)commit();
 }
 
 void FleetCore::flush_store() {
   if (!uncommitted_.empty()) (void)persist();
+  save_unsaved();
   if (store_.pending()) (void)commit();
 }
 
-void FleetCore::record(const CommandView& v, bool with_result) { store_.put_command(v, with_result); }
+void FleetCore::record(CommandView& v, bool with_result) {
+  if (!v.recorded) {  // its creation (or its end before it was recorded): with this turn's persist()
+    store_.put_command(v, with_result);
+    return;
+  }
+  v.unsaved_result = v.unsaved_result || with_result;
+  if (v.unsaved) return;
+  const std::optional<CmdKey> key = CmdKey::of(v.cmd_id);
+  if (!key) return;  // never: the table holds UUIDs only
+  v.unsaved = true;
+  unsaved_.push_back(*key);
+}
+
+void FleetCore::save_now(CommandView& v) {
+  store_.put_command(v, v.unsaved_result);
+  v.unsaved = false;
+  v.unsaved_result = false;
+}
+
+void FleetCore::save_unsaved() {
+  for (const CmdKey& key : unsaved_) {
+    CommandView* v = commands_.find(key.view());
+    if (v && v->unsaved) save_now(*v);
+  }
+  unsaved_.clear();
+}
 
 // ---------------------------------------------------------------------------------
 // finding commands
@@ -110,10 +134,13 @@ CommandView* FleetCore::adopt(CommandView record) {
     // Another broker wrote it since: its later step wins, this broker's hands stay.
     if (lifecycle::rank(record.state) <= lifecycle::rank(mine->state)) return mine;
     const bool in_outbox = mine->in_outbox;
+    const bool unsaved = mine->unsaved, unsaved_result = mine->unsaved_result;
     const CommandState later = record.state;
     record.state = mine->state;  // finish() below moves it out of the open list
     *mine = std::move(record);
     mine->in_outbox = in_outbox;
+    mine->unsaved = unsaved;  // still listed in unsaved_: the store's guard keeps its later step
+    mine->unsaved_result = unsaved_result;
     if (is_final(later)) commands_.finish(*mine, later);
     else mine->state = later;
     return mine;
@@ -148,6 +175,10 @@ bool FleetCore::read_command(std::string_view cmd_id, const std::function<void(c
 std::vector<CommandView> FleetCore::list_commands(const CommandQuery& query) const {
   std::vector<CommandView> out;
   if (store_.durable()) {
+    // Steps of the current interval into the store's buffer first, so that a
+    // filter on state sees them (they are written there again at the interval).
+    for (const CmdKey& key : unsaved_)
+      if (const CommandView* v = commands_.find(key.view()); v && v->unsaved) store_.put_command(*v, v->unsaved_result);
     store_.list_commands(query, [&](std::vector<CommandView> found) { out = std::move(found); });
     for (CommandView& v : out)  // memory knows the steps not committed yet
       if (const CommandView* mine = commands_.find(v.cmd_id)) v = *mine;
@@ -413,7 +444,7 @@ CancelOutcome FleetCore::cancel(std::string_view cmd_id) {
     return CancelOutcome::cancelled;
   }
   v->cancel_requested_at_ms = clock_.wall_ms();
-  record(*v);
+  save_now(*v);  // an operator was told: with the next commit, not the next interval
   // Connected here: the CANCEL goes now. Otherwise with the rig's next connection (deliver_open).
   if (RigSession* s = registry_.find(v->rig_id)) queue_cancel(*s, *v);
   return CancelOutcome::requested;

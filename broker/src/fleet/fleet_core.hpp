@@ -112,7 +112,12 @@ class FleetCore final : public Fleet {
   // At start-up: every open command, every rig ever seen; the unfinished jobs are
   // returned for the control plane.
   Expected<std::vector<JobRecord>> load();
-  // Commits pending steps when the commit interval has passed (a timer calls it).
+  // Commits the steps of the last interval (a timer calls it every
+  // store_commit_interval_ms): they wait so that the steps of one interval
+  // become one row per command, and a fan-out's answers dirty each page once.
+  // What a crash loses of them the rigs tell again: a command the store has as
+  // not acknowledged is sent again, and the rig's dedup answers with its ACK and
+  // stored RESULT.
   void commit_if_due();
   // Commits whatever is pending (shutdown).
   void flush_store();
@@ -167,7 +172,13 @@ class FleetCore final : public Fleet {
   void withdraw(CommandView& v);
   // Queues a CANCEL for v on s; false when too many wait or one already does.
   bool queue_cancel(RigSession& s, CommandView& v);
-  void record(const CommandView& v, bool with_result = false);
+  // The store gets v: a new command at once (persist() commits it); a step of a
+  // recorded one with the next interval commit (save_unsaved).
+  void record(CommandView& v, bool with_result = false);
+  // What only memory has goes to the store's buffer now (an operator's cancel;
+  // an interval commit).
+  void save_now(CommandView& v);
+  void save_unsaved();
   void finished(const CommandView& v);  // the event, the observer
   void end(CommandView& v, CommandState state, std::string detail);
   void expire_deadlines();
@@ -199,6 +210,7 @@ class FleetCore final : public Fleet {
   std::unordered_map<std::string, RigRecord, TransparentStringHash, std::equal_to<>> offline_;
   std::vector<CmdKey> uncommitted_;       // commands created since the last commit (ids inline: no allocation)
   std::uint64_t last_commit_ms_ = 0;
+  std::vector<CmdKey> unsaved_;           // commands with a step not yet in the store (CommandView::unsaved)
   std::uint64_t foreign_seen_ = 0;        // store_.foreign_writes() when this broker last read the store
   std::uint32_t last_inventory_ms_ = 0;
   bool inventory_pass_ = false;

@@ -99,9 +99,16 @@ class MemoryStore final : public CommandStore {
       if (v.rig_id == rig_id && !is_final(v.state)) out.push_back(v);
     done(std::move(out));
   }
+  // Reads see this store's pending writes over what is committed, as SqliteStore's do.
   void list_commands(const CommandQuery& q, CommandsCallback done) override {
+    std::map<std::string, CommandView> seen = shared_->commands;
+    for (const CommandView& v : pending_) {
+      auto [it, fresh] = seen.emplace(v.cmd_id, v);
+      if (!fresh && !is_final(it->second.state) && lifecycle::rank(v.state) >= lifecycle::rank(it->second.state))
+        it->second = v;
+    }
     std::vector<CommandView> out;
-    for (auto it = shared_->commands.rbegin(); it != shared_->commands.rend() && out.size() < q.limit; ++it) {
+    for (auto it = seen.rbegin(); it != seen.rend() && out.size() < q.limit; ++it) {
       const CommandView& v = it->second;
       if (!q.rig_id.empty() && v.rig_id != q.rig_id) continue;
       if (q.state && v.state != *q.state) continue;

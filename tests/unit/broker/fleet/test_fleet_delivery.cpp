@@ -124,6 +124,76 @@ TEST_CASE("restart: a RESULT for a command only the store knows is accepted (res
   CHECK(f.state_of(ok.cmd_id) == CommandState::succeeded);
 }
 
+TEST_CASE("store: a new command is committed by persist(), its steps by the interval commit, as one row") {
+  CoreFixture f;
+  RigSession& s = f.live_rig("rig-1");
+  const EnqueueOk first = f.enqueue_ok("rig-1");
+  f.frames(s);
+  f.send(s, msg::Ack{first.seq, first.cmd_id, false});
+  f.send(s, CoreFixture::result_of(first.cmd_id));
+  const int commits_before = f.store->shared()->commits;
+  // The next command's creation is committed before it is sent; the first
+  // one's steps are not in that commit.
+  const EnqueueOk second = f.enqueue_ok("rig-1");
+  CHECK(f.store->shared()->commits == commits_before + 1);
+  CHECK(f.store->shared()->commands.at(second.cmd_id).state == CommandState::queued);
+  CHECK(f.store->shared()->commands.at(first.cmd_id).state == CommandState::queued);
+  CHECK(f.state_of(first.cmd_id) == CommandState::succeeded);  // memory knows
+  // A listing by state sees the step before the store has committed it.
+  CommandQuery q;
+  q.rig_id = "rig-1";
+  q.state = CommandState::succeeded;
+  const std::vector<CommandView> done = f.core->list_commands(q);
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].cmd_id == first.cmd_id);
+  // The interval commit writes its ACK and RESULT as one row, with the result.
+  f.core->commit_if_due();
+  const CommandView& stored = f.store->shared()->commands.at(first.cmd_id);
+  CHECK(stored.state == CommandState::succeeded);
+  CHECK(stored.acked_at_ms.has_value());
+  CHECK(stored.result.has_value());
+}
+
+TEST_CASE("store: a crash before the interval commit loses steps, not commands; the rig tells them again") {
+  CoreFixture f;
+  RigSession& s = f.live_rig("rig-1");
+  const std::string boot = s.boot_id.to_string();
+  const EnqueueOk ok = f.enqueue_ok("rig-1");
+  f.frames(s);
+  f.send(s, msg::Ack{ok.seq, ok.cmd_id, false});
+  f.send(s, CoreFixture::result_of(ok.cmd_id));
+  f.crash_and_restart();
+  CHECK(f.state_of(ok.cmd_id) == CommandState::queued);
+  // The same agent process: sent again; its dedup answers with the stored RESULT.
+  RigSession& back = f.live_rig("rig-1", boot);
+  const std::vector<msg::Command> cmds = CoreFixture::commands_in(f.frames(back));
+  REQUIRE(cmds.size() == 1);
+  CHECK(cmds[0].cmd_id == ok.cmd_id);
+  f.send(back, msg::Ack{cmds[0].seq, ok.cmd_id, true});
+  f.send(back, CoreFixture::result_of(ok.cmd_id));
+  CHECK(f.state_of(ok.cmd_id) == CommandState::succeeded);
+}
+
+TEST_CASE("store: a finished command the store has not got yet is not evicted before the interval commit") {
+  FleetSettings settings;
+  settings.command_history = 1;
+  CoreFixture f(settings);
+  RigSession& s = f.live_rig("rig-1");
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    const EnqueueOk ok = f.enqueue_ok("rig-1");
+    f.frames(s);
+    f.send(s, msg::Ack{ok.seq, ok.cmd_id, false});
+    f.send(s, CoreFixture::result_of(ok.cmd_id));
+    ids.push_back(ok.cmd_id);
+  }
+  f.core->commit_if_due();
+  for (const std::string& id : ids) {
+    CHECK(f.store->shared()->commands.at(id).state == CommandState::succeeded);
+    CHECK(f.store->shared()->commands.at(id).result.has_value());
+  }
+}
+
 TEST_CASE("idempotency: a repeated request returns the existing command, a different one is a conflict") {
   CoreFixture f;
   f.live_rig("rig-1");
