@@ -121,16 +121,22 @@ class Writer {
     sample(name, {}, format_int(v));
   }
   void histogram(std::string_view name, std::string_view help, const Histogram& h) {
+    histogram(name, help, h.bounds(), h.counts(), h.sum());
+  }
+  // `counts`: one per bound, then the +Inf bucket.
+  void histogram(std::string_view name, std::string_view help, const std::vector<double>& bounds,
+                 const std::vector<std::uint64_t>& counts, double sum) {
     header(name, "histogram", help);
     const std::string bucket = std::string(name) + "_bucket";
     std::uint64_t cumulative = 0;
-    for (std::size_t i = 0; i < h.bounds().size(); ++i) {
-      cumulative += h.counts()[i];
-      sample(bucket, "le=\"" + format_number(h.bounds()[i]) + "\"", format_int(cumulative));
+    for (std::size_t i = 0; i < bounds.size() && i < counts.size(); ++i) {
+      cumulative += counts[i];
+      sample(bucket, "le=\"" + format_number(bounds[i]) + "\"", format_int(cumulative));
     }
-    sample(bucket, "le=\"+Inf\"", format_int(h.count()));
-    sample(std::string(name) + "_sum", {}, format_number(h.sum()));
-    sample(std::string(name) + "_count", {}, format_int(h.count()));
+    if (counts.size() > bounds.size()) cumulative += counts[bounds.size()];
+    sample(bucket, "le=\"+Inf\"", format_int(cumulative));
+    sample(std::string(name) + "_sum", {}, format_number(sum));
+    sample(std::string(name) + "_count", {}, format_int(cumulative));
   }
   std::string take() { return std::move(out_); }
 
@@ -192,6 +198,9 @@ std::string BrokerMetrics::render_prometheus(
     w.simple("store_commits_total", "counter", "Commits of the command store that wrote something.", c.commits);
     w.simple("store_rows_written_total", "counter", "Command rows the store wrote (steps of one commit coalesced).",
              c.rows_written);
+    if (!c.commit_bounds.empty())
+      w.histogram("store_commit_seconds", "How long each commit of the command store held the event loop.",
+                  c.commit_bounds, c.commit_buckets, c.commit_seconds);
   }
   w.simple("frames_in_total", "counter", "WebSocket frames received from rigs.", frames_in);
   w.simple("frames_out_total", "counter", "WebSocket frames sent to rigs.", frames_out);

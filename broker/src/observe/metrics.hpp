@@ -47,9 +47,9 @@ struct BrokerMetrics {
   std::uint64_t store_commit_errors = 0;
   std::uint64_t frames_in = 0;
   std::uint64_t frames_out = 0;
-  std::uint64_t direct_writes = 0;
-  std::uint64_t tls_full = 0;        // rig TLS handshakes with certificates
-  std::uint64_t tls_resumed = 0;     // rig TLS sessions resumed from a ticket   // commands written at once, not from a writeable callback
+  std::uint64_t direct_writes = 0;                   // commands written at once, not from a writeable callback
+  std::uint64_t tls_full = 0;                        // rig TLS handshakes with certificates
+  std::uint64_t tls_resumed = 0;                     // rig TLS sessions resumed from a ticket
   std::uint64_t frames_rejected = 0;                 // malformed, oversized, rate-limited
   std::uint64_t unknown_types_ignored = 0;           // lenient mode
   std::uint64_t pings_sent = 0;

@@ -272,8 +272,28 @@ void SqliteStore::put_job(const JobRecord& j) {
   }
 }
 
+StoreCounters SqliteStore::counters() const noexcept {
+  StoreCounters c{stats_.commits, stats_.commit_failures, stats_.rows_written, {}, {}, stats_.commit_seconds};
+  try {
+    c.commit_bounds.assign(std::begin(kCommitBuckets), std::end(kCommitBuckets));
+    c.commit_buckets.assign(std::begin(stats_.commit_buckets), std::end(stats_.commit_buckets));
+  } catch (...) {  // out of memory: the histogram is left out
+    c.commit_bounds.clear();
+    c.commit_buckets.clear();
+  }
+  return c;
+}
+
+void SqliteStore::count_commit(std::chrono::steady_clock::time_point began) noexcept {
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  const auto* bucket = std::lower_bound(std::begin(kCommitBuckets), std::end(kCommitBuckets), s);
+  ++stats_.commit_buckets[bucket - std::begin(kCommitBuckets)];
+  stats_.commit_seconds += s;
+}
+
 Expected<void> SqliteStore::commit() {
   if (pending_.empty() && !buffer_failed_) return {};
+  const auto began = std::chrono::steady_clock::now();
   try {
     Expected<void> result;
     if (!pending_.empty()) {
@@ -306,6 +326,7 @@ Expected<void> SqliteStore::commit() {
                                         "; the writes stay pending");
       }
       ++stats_.commits;
+      count_commit(began);
       stats_.rows_written += pending_.command_count();
       pending_.clear();
     }

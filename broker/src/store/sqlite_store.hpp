@@ -100,8 +100,13 @@ struct SqliteOptions {
   std::uint64_t mmap_bytes = 0;
 };
 
+// Upper bounds (seconds) of the commit-duration histogram.
+inline constexpr double kCommitBuckets[] = {0.00001, 0.00002, 0.00003, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1};
+
 struct SqliteStats {
   std::uint64_t commits = 0;
+  std::uint64_t commit_buckets[std::size(kCommitBuckets) + 1] = {};  // +Inf last
+  double commit_seconds = 0;                                          // their sum
   std::uint64_t commit_failures = 0;   // busy or I/O: the writes stayed pending
   std::uint64_t rows_written = 0;      // command rows, after coalescing
   std::uint64_t key_conflicts = 0;     // idempotency keys another command already held
@@ -146,9 +151,7 @@ class SqliteStore final : public CommandStore {
 
   const std::string& path() const noexcept { return path_; }
   SqliteStats stats() const noexcept;
-  StoreCounters counters() const noexcept override {
-    return {stats_.commits, stats_.commit_failures, stats_.rows_written};
-  }
+  StoreCounters counters() const noexcept override;
   // One checkpoint round now, on this thread (tests, benchmarks).
   void checkpoint_now();
 
@@ -162,6 +165,7 @@ class SqliteStore final : public CommandStore {
   SqliteStore(std::string path, SqliteOptions options);
   Expected<void> init();
   Expected<void> write_pending();
+  void count_commit(std::chrono::steady_clock::time_point began) noexcept;
   Expected<void> write_commands(const store_rows::CommandRow* const* rows, std::size_t n, bool ending);
   Expected<void> write_command_alone(const store_rows::CommandRow& row, bool ending);
   Expected<void> write_results(const store_rows::CommandRow* const* rows, std::size_t n);
