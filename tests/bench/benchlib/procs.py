@@ -147,6 +147,19 @@ class Broker:
         finally:
             conn.close()
 
+    def store_counts(self):
+        """(commits, rows written, seconds spent committing) of its command store, from
+        /metrics; zeros for --store none."""
+        status, text = self.api("GET", "/metrics", timeout=30.0)
+        names = ("store_commits_total", "store_rows_written_total", "store_commit_seconds_sum")
+        found = {}
+        if status == 200 and isinstance(text, str):
+            for line in text.splitlines():
+                name, _, value = line.partition(" ")
+                if name.startswith("fleetlink_broker_") and name[len("fleetlink_broker_"):] in names:
+                    found[name[len("fleetlink_broker_"):]] = float(value)
+        return tuple(found.get(n, 0.0) for n in names)
+
     def rig_count(self):
         status, body = self.api("GET", "/v1/rigs", timeout=30.0)
         return len(body.get("rigs", [])) if status == 200 else -1
@@ -263,6 +276,17 @@ class Fleet:
     def stop(self):
         for s in self.sims:
             s.stop()
+
+
+def add_store_figures(r, before, after, commands):
+    """What the command store did per command between two Broker.store_counts()."""
+    if commands > 0:
+        r["store_commits_per_cmd"] = round((after[0] - before[0]) / commands, 3)
+        r["store_rows_per_cmd"] = round((after[1] - before[1]) / commands, 3)
+        r["store_commit_us_per_cmd"] = round((after[2] - before[2]) * 1e6 / commands, 1)
+    commits = after[0] - before[0]
+    if commits > 0:
+        r["store_us_per_commit"] = round((after[2] - before[2]) * 1e6 / commits, 1)
 
 
 def benchctl(bench, control, mode, n, **kw):

@@ -1,5 +1,5 @@
 """Fan-out: one command to every connected rig; time until every ACK is in (median of 3)."""
-from benchlib.procs import benchctl
+from benchlib.procs import add_store_figures, benchctl
 
 NAME = "fanout"
 TRANSPORTS = ("plain",)
@@ -7,6 +7,7 @@ TRANSPORTS = ("plain",)
 
 def run(ctx):
     sim0 = ctx.fleet.totals()["cpu_s"]
+    store0 = ctx.broker.store_counts()
     broker0 = ctx.broker.cpu_seconds()
     conns = max(1, min(32, ctx.bench.fd_room(ctx.n)))
     r = benchctl(ctx.bench, ctx.broker.control, "fanout", ctx.n, repeat=1 if ctx.bench.smoke else 3,
@@ -16,4 +17,5 @@ def run(ctx):
     broker_cpu = ctx.broker.cpu_seconds() - broker0
     r["broker_cpu_s"] = round(broker_cpu, 3)
     r["broker_cpu_us_per_cmd"] = round(broker_cpu * 1e6 / (ctx.n * (1 if ctx.bench.smoke else 3)), 1)
+    add_store_figures(r, store0, ctx.broker.store_counts(), ctx.n * (1 if ctx.bench.smoke else 3))
     return r

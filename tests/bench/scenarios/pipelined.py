@@ -1,6 +1,6 @@
 """Pipelined: a fixed number of commands in flight; throughput and latency, the first
 part of the run not counted (warm-up)."""
-from benchlib.procs import benchctl
+from benchlib.procs import add_store_figures, benchctl
 
 NAME = "pipelined"
 TRANSPORTS = ("plain",)
@@ -9,6 +9,7 @@ TRANSPORTS = ("plain",)
 def run(ctx, **via):
     """via: ack_via="stream" for the control stream (pipelined_stream): one socket."""
     sim0 = ctx.fleet.totals()["cpu_s"]
+    store0 = ctx.broker.store_counts()
     broker0 = ctx.broker.cpu_seconds()
     total, skip = (2100, 100) if ctx.bench.smoke else (21000, 1000)
     inflight = 20 if ctx.bench.smoke else 100
@@ -23,4 +24,5 @@ def run(ctx, **via):
     broker_cpu = ctx.broker.cpu_seconds() - broker0
     r["broker_cpu_s"] = round(broker_cpu, 3)
     r["broker_cpu_us_per_cmd"] = round(broker_cpu * 1e6 / (total), 1)
+    add_store_figures(r, store0, ctx.broker.store_counts(), total)
     return r
