@@ -197,6 +197,7 @@ class Broker(Process):
         self.listen_port = int(m.group(4))
         self.url = f"wss://127.0.0.1:{self.listen_port}/agent"
         self.token = opts.get("control_token")
+        self.state_dir = opts.get("state_dir")  # to restart a broker on the same store
 
     @property
     def control_url(self):
