@@ -6,13 +6,17 @@
 // broker that keeps nothing across a restart: benchmarks, development), and
 // Redis for several brokers (the next step).
 //
-// Writes are buffered and made durable by commit(): the fleet core calls it
-// once per turn of the loop that changed something, and always before it
-// promises anything (the 202 of a command, its first write to a rig). Reads
-// answer through a callback, which SQLite calls at once and a networked store
-// later: callers never assume it ran before the call returns.
+// Writes are buffered (put_*) and handed over in batches (submit()): the
+// fleet core submits once per turn of the loop that created something, and
+// every store-commit-interval-ms for the steps of commands. A batch becomes
+// durable later, off the loop (SQLite: a writer thread; Redis: a reply); its
+// outcome comes back through take_outcomes(), and nothing is promised about a
+// command (a 202, a queued line) before its batch is durable. commit() is the
+// same thing waited for (shutdown, tests, tools). Reads answer through a
+// callback, which SQLite calls at once and a networked store later: callers
+// never assume it ran before the call returns.
 //
-// Single-threaded (the event loop); a backend may use threads of its own.
+// Called from the event loop only; a backend may use threads of its own.
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -81,6 +85,12 @@ struct StoreCounters {
   double commit_seconds = 0;
 };
 
+// What became of one batch of writes (CommandStore::submit()).
+struct BatchOutcome {
+  std::uint64_t batch = 0;
+  Expected<void> result;  // an Error: not durable yet (it is tried again)
+};
+
 class CommandStore {
  public:
   using CommandCallback = std::function<void(std::optional<CommandView>)>;
@@ -109,12 +119,46 @@ class CommandStore {
   virtual void put_command(const CommandView& v, bool with_result) = 0;
   virtual void put_rig(const RigRecord& r) = 0;
   virtual void put_job(const JobRecord& j) = 0;
-  // Makes every write since the last commit durable against a crash of this
-  // process (what a power cut can lose is the backend's to say). True when
-  // there was nothing to do, too.
+  // Makes every write so far durable against a crash of this process (what a
+  // power cut can lose is the backend's to say), and waits for it: every batch
+  // submitted before, and what was put since. True when there was nothing to
+  // do, too.
   virtual Expected<void> commit() = 0;
-  // Writes wait for commit().
+  // Writes put and not yet submitted.
   virtual bool pending() const noexcept = 0;
+
+  // ---- batches: writes handed over without waiting ----
+  // Hands every write put since the last submit() (or commit()) to the store
+  // and returns that batch's number: 1, 2, ... in order; the previous number
+  // when nothing was put. A batch that fails is not lost: the store tries it
+  // again, before the later ones, until it is durable.
+  // The defaults commit at once, on the caller's thread (stores without a
+  // thread of their own); a backend with one overrides all four.
+  virtual std::uint64_t submit() {
+    if (!pending()) return submitted_;
+    ++submitted_;
+    Expected<void> r = commit();
+    if (r) durable_through_ = submitted_;
+    outcomes_.push_back(BatchOutcome{submitted_, std::move(r)});
+    if (wake_) wake_();
+    return submitted_;
+  }
+  // Every batch up to this number is durable.
+  virtual std::uint64_t durable_through() const noexcept { return durable_through_; }
+  // What became of batches since the last call, in batch order, each batch
+  // once: durable, or its first failure (it is tried again; a later success
+  // shows in durable_through(), not here).
+  virtual std::vector<BatchOutcome> take_outcomes() {
+    std::vector<BatchOutcome> out;
+    out.swap(outcomes_);
+    return out;
+  }
+  // Called when take_outcomes() has something, on any thread (the application
+  // wakes its loop with it, and calls take_outcomes() there).
+  virtual void set_wakeup(std::function<void()> wake) { wake_ = std::move(wake); }
+  // Rows submitted and not yet durable (a bound on it keeps a stalled disk
+  // from filling memory: new commands are refused beyond it).
+  virtual std::size_t backlog() const noexcept { return 0; }
 
   // ---- reads ----
   virtual void find(std::string_view cmd_id, CommandCallback done) = 0;
@@ -134,6 +178,13 @@ class CommandStore {
   // ---- upkeep (a timer of the application) ----
   // Forgets finished commands and jobs beyond the policy; returns how many went.
   virtual std::size_t prune(const RetentionPolicy& policy, std::uint64_t now_ms) = 0;
+
+ private:
+  // The default batches' bookkeeping.
+  std::uint64_t submitted_ = 0;
+  std::uint64_t durable_through_ = 0;
+  std::vector<BatchOutcome> outcomes_;
+  std::function<void()> wake_;
 };
 
 }  // namespace fleetlink::broker
