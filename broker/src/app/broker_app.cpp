@@ -81,6 +81,14 @@ int BrokerApp::control_port() const noexcept {
 }
 
 Expected<void> BrokerApp::start() {
+  // The store's outcomes come back on the loop: commands waiting for their
+  // record go, answers waiting for it leave.
+  if (uv_async_init(loop_, &store_wakeup_,
+                    [](uv_async_t* a) { static_cast<BrokerApp*>(a->data)->core_.on_store_progress(); }) != 0)
+    return make_error(Errc::io, "uv_async_init failed");
+  store_wakeup_.data = this;
+  store_wakeup_open_ = true;
+  store_->set_wakeup([a = &store_wakeup_] { uv_async_send(a); });
   // The record first: commands and rigs the store holds are known before any rig connects.
   auto jobs = core_.load();
   if (!jobs) return make_error(jobs.error().code, "command store (" + std::string(store_->name()) + "): " +
@@ -238,6 +246,8 @@ void BrokerApp::stop_loop(int code) {
 }
 
 void BrokerApp::shutdown() {
+  // Answers waiting for the store get its outcome while the control API is there.
+  if (store_ && control_vhost_) core_.flush_store();
   if (control_vhost_) shutdown_control_api(control_vhost_);
   control_vhost_ = nullptr;
   gate_.close();
@@ -265,7 +275,14 @@ void BrokerApp::shutdown() {
     }
   }
   // What the last turns and the closing connections changed (rigs' last_seen).
-  if (store_) core_.flush_store();
+  if (store_) {
+    core_.flush_store();
+    store_->set_wakeup({});
+  }
+  if (store_wakeup_open_) {
+    store_wakeup_open_ = false;
+    close_handle(&store_wakeup_);
+  }
   uv_run(loop_, UV_RUN_NOWAIT);
 }
 

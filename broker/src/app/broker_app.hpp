@@ -77,7 +77,9 @@ class BrokerApp {
   lws_vhost* control_vhost_ = nullptr;
   uv_timer_t sweep_timer_{};
   uv_timer_t resume_timer_{};  // runs only while some rig's reading is paused
-  uv_timer_t store_timer_{};   // commits the store's pending steps
+  uv_timer_t store_timer_{};   // submits the store's pending steps
+  uv_async_t store_wakeup_{};  // the store's writer has outcomes (any thread may send it)
+  bool store_wakeup_open_ = false;
   uv_timer_t prune_timer_{};   // the store's retention
   uv_signal_t sigterm_{};
   uv_signal_t sigint_{};

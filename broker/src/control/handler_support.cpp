@@ -13,6 +13,14 @@ HttpResponse json_response(int status, const json& body) {
   return r;
 }
 
+std::string unrecorded_detail(const Error& e, bool sent) {
+  if (sent)
+    return "the command store could not record it (" + e.detail +
+           "): it went to its rig, and its record is written when the store recovers (lost if this broker "
+           "stops first)";
+  return "the command store could not record it (" + e.detail + "): it was not sent";
+}
+
 HttpResponse json_error(int status, std::string_view code, std::string_view detail) {
   HttpResponse r;
   r.status = status;

@@ -17,6 +17,11 @@ HttpResponse json_response(int status, const nlohmann::ordered_json& body);
 // A JSON error response {"error":code,"detail":detail}.
 HttpResponse json_error(int status, std::string_view code, std::string_view detail);
 
+// Why a command's store_unavailable answer came after it was created: the
+// store could not record it, and it was `sent` anyway (it did not wait for its
+// record) or withdrawn.
+std::string unrecorded_detail(const Error& e, bool sent);
+
 // Parses a request body that must be a JSON object (an empty body is `{}`
 // when allow_empty). On failure, `error` is the 400 answer.
 std::optional<nlohmann::ordered_json> parse_object_body(const HttpRequest& req, bool allow_empty,

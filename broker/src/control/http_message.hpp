@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fleet/events.hpp"
+#include "fleetlink/expected.hpp"
 
 namespace fleetlink::broker {
 
@@ -50,6 +51,11 @@ struct HttpResponse {
   // Set: do not answer yet (see HeldCommand); the body above is the answer
   // should the command not be found later.
   std::optional<HeldCommand> hold;
+  // Nonzero: this answer promises what the store's batch `after_record`
+  // holds (Fleet::when_recorded); it leaves once that batch is durable, and if
+  // the store cannot record it, `if_unrecorded` gives the answer instead.
+  std::uint64_t after_record = 0;
+  std::function<HttpResponse(const Error&)> if_unrecorded;
 };
 
 // Largest request body the control API reads; more is answered 413.

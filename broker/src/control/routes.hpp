@@ -28,5 +28,7 @@ bool held_command_reached(const HeldCommand& hold, const FleetEvent& event);
 // The answer of a held POST once it ends (reached or timed out): 202 with
 // cmd_id, rig_id, seq and the command's current state.
 HttpResponse held_command_answer(const HeldCommand& hold, const Fleet& fleet);
+// Whether the command has already got as far as the hold waits for.
+bool held_command_settled(const HeldCommand& hold, const Fleet& fleet);
 
 }  // namespace fleetlink::broker

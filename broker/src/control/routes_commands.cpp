@@ -107,6 +107,14 @@ bool held_command_reached(const HeldCommand& hold, const FleetEvent& event) {
   return !hold.until_done && event.type == EventType::command_acked;
 }
 
+bool held_command_settled(const HeldCommand& hold, const Fleet& fleet) {
+  bool settled = false;
+  fleet.read_command(hold.cmd_id, [&](const CommandView& c) {
+    settled = is_final(c.state) || (!hold.until_done && c.state != CommandState::queued && c.state != CommandState::sent);
+  });
+  return settled;
+}
+
 HttpResponse held_command_answer(const HeldCommand& hold, const Fleet& fleet) {
   const std::optional<CommandView> cmd = fleet.command(hold.cmd_id);
   json body{{"cmd_id", hold.cmd_id},

@@ -175,14 +175,17 @@ HttpResponse post_job_as(const RouteContext& ctx, bool batch_alias) {
   if (rigs.empty()) return json_error(422, "no_matching_rigs", "no known rig matches the targets");
   const Job& job = ctx.options.jobs->start(ctx.fleet, std::move(request), std::move(rigs), uuid_v7().to_string(),
                                            ctx.now_ms);
-  // The record comes first: the job and its commands are in the store before the answer.
-  if (Expected<void> kept = ctx.fleet.persist(); !kept)
-    return json_response(503, json{{"error", "store_unavailable"},
-                                   {"job_id", job.job_id},
-                                   {"detail", "the job's commands could not be recorded (" + kept.error().detail +
-                                                  "): none was sent"}});
   HttpResponse r = text_response(202, job_json_text(job, &ctx.fleet, with_rigs, batch_alias));
   r.headers.emplace_back("Location", "/v1/jobs/" + job.job_id);
+  // The record comes first: the job and its commands are in the store before
+  // the answer, and before any of them goes to a rig.
+  r.after_record = ctx.fleet.persist();
+  r.if_unrecorded = [job_id = job.job_id](const Error& e) {
+    return json_response(503, json{{"error", "store_unavailable"},
+                                   {"job_id", job_id},
+                                   {"detail", "the job's commands could not be recorded (" + e.detail +
+                                                  "): none was sent"}});
+  };
   return r;
 }
 

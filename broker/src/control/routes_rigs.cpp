@@ -114,17 +114,22 @@ HttpResponse post_rig_command(const RouteContext& ctx) {
   if (auto bad = read_command_request(*body, request)) return json_error(400, "bad_request", *bad);
   std::optional<HeldCommand> hold;
   if (!parse_hold(ctx.request, hold, error)) return error;
+  const bool waits_for_record = !request.idempotency_key.empty();
   EnqueueOutcome outcome = ctx.fleet.enqueue(std::move(request));
   if (const auto* ok = std::get_if<EnqueueOk>(&outcome)) {
-    // The record comes first: nothing is promised before the store has it.
-    if (!ok->existing) {
-      if (Expected<void> kept = ctx.fleet.persist(); !kept)
-        return json_error(503, "store_unavailable",
-                          "the command could not be recorded (" + kept.error().detail + "): it was not sent");
-    }
     HttpResponse r;
     r.status = ok->existing ? 200 : 202;  // 200: the command this request names exists already
     r.body = enqueue_ok_json_text(*ok);
+    if (!ok->existing) {
+      // The record comes first: the answer leaves once the store has the command.
+      r.after_record = ctx.fleet.persist();
+      r.if_unrecorded = [cmd_id = ok->cmd_id, waits_for_record](const Error& e) {
+        return json_response(503, json{{"error", "store_unavailable"},
+                                       {"cmd_id", cmd_id},
+                                       {"sent", !waits_for_record},
+                                       {"detail", unrecorded_detail(e, !waits_for_record)}});
+      };
+    }
     if (hold && hold->timeout_ms > 0) {
       hold->cmd_id = ok->cmd_id;
       hold->rig_id = ok->rig_id;

@@ -92,6 +92,9 @@ void run_after_sent(ControlState* state, const std::function<void(Fleet&)>& acti
   if (action && state != nullptr && state->serving()) action(*state->fleet);
 }
 
+int send_and_complete(Transaction* tx, HttpResponse r);
+int finish_hold(Transaction* tx);
+
 // Holds a POST until its command is acked/done (or the timeout): one Fleet
 // subscription for the wait, the answer rendered when it ends.
 int start_hold(Transaction* tx, HttpResponse r) {
@@ -109,9 +112,41 @@ int start_hold(Transaction* tx, HttpResponse r) {
       });
   tx->subscribed = true;
   state->streams.insert(tx);
+  // It may have got that far already (while its record was being written).
+  if (held_command_settled(tx->hold->command, *state->fleet)) return finish_hold(tx);
   // The wait may be longer than lws's own transaction timeouts.
   lws_set_timeout(tx->wsi, NO_PENDING_TIMEOUT, 0);
   lws_set_timer_usecs(tx->wsi, static_cast<lws_usec_t>(tx->hold->command.timeout_ms) * 1000);
+  return 0;
+}
+
+// The store's batch is durable (or not): the answer, a held POST's wait, or the
+// store_unavailable answer.
+int answer_recorded(Transaction* tx) {
+  const bool kept = tx->record_wait->outcome->has_value();
+  const Error error = kept ? Error{} : tx->record_wait->outcome->error();
+  HttpResponse r = std::move(tx->record_wait->answer);
+  tx->record_wait.reset();
+  if (!kept)
+    return send_and_complete(tx, r.if_unrecorded ? r.if_unrecorded(error) : json_error(503, "store_unavailable", error.detail));
+  if (r.hold) return start_hold(tx, std::move(r));
+  return send_and_complete(tx, std::move(r));
+}
+
+// Waits for the store's batch behind an answer (HttpResponse::after_record).
+int await_record(Transaction* tx, HttpResponse r) {
+  const std::uint64_t batch = r.after_record;
+  r.after_record = 0;
+  tx->record_wait.emplace(RecordWait{std::move(r), std::nullopt, false});
+  tx->state->fleet->when_recorded(batch, [tx, alive = std::weak_ptr<bool>(tx->alive)](const Expected<void>& kept) {
+    if (alive.expired() || !tx->record_wait) return;
+    tx->record_wait->outcome = kept;
+    // Later, from the store's progress: answer from the writeable callback.
+    if (tx->record_wait->parked) lws_callback_on_writable(tx->wsi);
+  });
+  if (tx->record_wait->outcome) return answer_recorded(tx);  // a store without a thread: known at once
+  tx->record_wait->parked = true;
+  lws_set_timeout(tx->wsi, NO_PENDING_TIMEOUT, 0);
   return 0;
 }
 
@@ -164,6 +199,7 @@ int respond(Transaction* tx) {
     r = route_request(state, tx->request);
   }
   if (r.event_stream) return start_event_stream(tx, r);
+  if (r.after_record != 0) return await_record(tx, std::move(r));
   if (r.hold) return start_hold(tx, std::move(r));
   return send_and_complete(tx, std::move(r));
 }
@@ -279,6 +315,7 @@ int on_body(PerSession* pss, const char* in, std::size_t len) {
 
 // Writeable: a held POST whose wait ended, or the next piece of an event stream.
 int on_writeable(Transaction* tx) {
+  if (tx->record_wait) return tx->record_wait->outcome ? answer_recorded(tx) : 0;
   if (tx->hold) return tx->hold->done ? finish_hold(tx) : 0;
   if (!tx->sse) return 0;
   return write_event_stream(tx);
@@ -337,6 +374,8 @@ void end_transaction_for_shutdown(Transaction* tx) {
   tx->subscribed = false;
   if (tx->sse) tx->sse->closing = true;
   if (tx->hold) tx->hold->done = true;  // answered with what is known now
+  if (tx->record_wait && !tx->record_wait->outcome)
+    tx->record_wait->outcome = Expected<void>{make_error(Errc::io, "the broker is shutting down")};
   lws_callback_on_writable(tx->wsi);
 }
 

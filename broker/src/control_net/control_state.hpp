@@ -13,6 +13,7 @@
 #include <libwebsockets.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -56,6 +57,13 @@ struct HeldPost {
   bool done = false;      // the wait is over: answer from the writeable callback
 };
 
+// An answer that promises a store batch: it leaves once the batch is durable.
+struct RecordWait {
+  HttpResponse answer;                    // its after_record already taken
+  std::optional<Expected<void>> outcome;  // set: the wait is over (answer from the writeable callback)
+  bool parked = false;                    // waiting past the request's own callback
+};
+
 // One HTTP transaction: a request and its answer, a held POST, or an event stream.
 struct Transaction {
   ControlState* state = nullptr;
@@ -64,8 +72,11 @@ struct Transaction {
   bool body_too_large = false;
   bool responding = false;
   bool close_after = false;  // hang up once written (413 and friends)
+  std::optional<RecordWait> record_wait;
   std::optional<HeldPost> hold;
   std::optional<EventStream> sse;
+  // Expires with the transaction: what a Fleet callback that may outlive it checks.
+  std::shared_ptr<bool> alive = std::make_shared<bool>(true);
   // The Fleet subscription of a held POST or an event stream (listed in state->streams).
   std::uint64_t subscription = 0;
   bool subscribed = false;
@@ -84,13 +95,14 @@ struct StreamSession {
   std::string rx;   // a frame arriving in pieces
   std::string out;  // answer lines waiting for the end of the turn
   std::size_t out_pos = 0;
-  // This turn's requests, answered at its end, once the fleet has recorded every
-  // command of the turn (one commit for all the frames a turn read).
+  // This turn's requests, answered once the store has the batch of every
+  // command the turn created (one batch for all the frames of all streams).
   struct Pending {
     std::string ref;
     bool until_done = true;
     std::optional<EnqueueOutcome> outcome;  // unset: `line` is the answer (an error)
     std::string line;
+    bool waits_for_record = false;          // named by idempotency_key: not sent before its record
   };
   std::vector<Pending> pending;
   struct Watched {
@@ -103,6 +115,8 @@ struct StreamSession {
   bool flush_pending = false;
   bool write_requested = false;
   bool closing = false;  // a close is under way: nothing more is read or written
+  // Expires with the session: what a Fleet callback that may outlive it checks.
+  std::shared_ptr<bool> alive = std::make_shared<bool>(true);
 };
 
 // lws zero-allocates this per WebSocket connection; it only holds our pointer.
@@ -201,9 +215,9 @@ void event_stream_heartbeat(Transaction* tx);
 int callback_stream(lws* wsi, lws_callback_reasons reason, void* user, void* in, std::size_t len);
 // Writes the session's pending lines (the end-of-turn flush).
 void write_session(StreamSession* s);
-// Turns the session's pending requests into answer lines; `kept`: whether the
-// fleet recorded this turn's commands (persist()).
-void settle_answers(StreamSession* s, const Expected<void>& kept);
+// The session's pending requests are answered once `batch` (this turn's
+// persist()) is durable: at once for a store without a thread of its own.
+void await_answers(StreamSession* s, std::uint64_t batch);
 // Shutdown, while the Fleet is still there: unsubscribe and close with 1001.
 void end_session_for_shutdown(StreamSession* s);
 

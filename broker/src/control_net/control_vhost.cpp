@@ -116,8 +116,9 @@ void resume_jobs(ControlState* state, const std::vector<JobRecord>& records) {
             to_string(j.state()), j.rigs.size(), j.count(JobRigOutcome::dispatched), j.count(JobRigOutcome::pending),
             j.rigs.size() - j.count(JobRigOutcome::dispatched) - j.count(JobRigOutcome::pending));
   }
-  if (Expected<void> kept = state->fleet->persist(); !kept)
-    FL_ERROR("resumed jobs: their records could not be written: %s", kept.error().detail.c_str());
+  state->fleet->when_recorded(state->fleet->persist(), [](const Expected<void>& kept) {
+    if (!kept) FL_ERROR("resumed jobs: their records could not be written: %s", kept.error().detail.c_str());
+  });
   sync_job_subscription(state);
 }
 
@@ -134,16 +135,16 @@ void run_end_of_turn_flush(lws_sorted_usec_list_t* sul) {
   }
   std::vector<StreamSession*> sessions;
   sessions.swap(flush->sessions);
-  // The turn's commands from every control stream are recorded in one commit
-  // before any of their answers leaves (and before any goes to its rig).
+  // The turn's commands from every control stream go to the store in one
+  // batch; their answers leave once it is durable.
   const bool asked = std::any_of(sessions.begin(), sessions.end(), [](const StreamSession* s) {
     return !s->pending.empty();
   });
-  Expected<void> kept;
-  if (asked && flush->state != nullptr && flush->state->serving()) kept = flush->state->fleet->persist();
+  const bool serving = flush->state != nullptr && flush->state->serving();
+  const std::uint64_t batch = asked && serving ? flush->state->fleet->persist() : 0;
   for (StreamSession* s : sessions) {
-    // Still listed while settling: the lines it queues join this flush.
-    if (!s->pending.empty()) settle_answers(s, kept);
+    // Still listed while settling: lines answered at once join this flush.
+    if (!s->pending.empty() && serving) await_answers(s, batch);
     s->flush_pending = false;
     if (!s->write_requested) write_session(s);
   }

@@ -9,6 +9,7 @@
 #include <libwebsockets.h>
 
 #include <algorithm>
+#include <memory>
 #include <new>
 #include <optional>
 #include <string>
@@ -16,6 +17,7 @@
 #include <variant>
 #include <vector>
 
+#include "control/handler_support.hpp"
 #include "control/http_util.hpp"
 #include "control/stream_protocol.hpp"
 #include "control_net/control_state.hpp"
@@ -62,7 +64,50 @@ void on_stream_line(StreamSession* s, std::string_view line, std::vector<StreamS
         {{}, true, std::nullopt, stream::error_line({send.ref, "shutting_down", "the broker is shutting down"})});
     return;
   }
-  answers.push_back({std::move(send.ref), send.until_done, state->fleet->enqueue(std::move(send.request)), {}});
+  const bool waits_for_record = !send.request.idempotency_key.empty();
+  answers.push_back(
+      {std::move(send.ref), send.until_done, state->fleet->enqueue(std::move(send.request)), {}, waits_for_record});
+}
+
+// A command whose record was being written while its rig acknowledged (or
+// finished) it: those lines now, from its state; otherwise watched for them.
+void report_or_watch(StreamSession* s, const std::string& cmd_id, std::string ref, bool until_done) {
+  bool acked = false, final_state = false, duplicate = false;
+  std::string state_name;
+  s->state->fleet->read_command(cmd_id, [&](const CommandView& c) {
+    final_state = is_final(c.state);
+    acked = c.acked_at_ms.has_value() || c.state == CommandState::acked || c.state == CommandState::running;
+    duplicate = c.duplicate;
+    state_name = to_string(c.state);
+  });
+  if (acked) queue_line(s, stream::event_line("acked", ref, cmd_id, duplicate ? "duplicate" : ""));
+  if (final_state && (until_done || !acked)) queue_line(s, stream::event_line("done", ref, cmd_id, state_name));
+  if (final_state || (acked && !until_done)) return;
+  s->watched[cmd_id] = StreamSession::Watched{std::move(ref), until_done};
+}
+
+void settle_answers(StreamSession* s, std::vector<StreamSession::Pending>& answers, const Expected<void>& kept) {
+  for (StreamSession::Pending& a : answers) {
+    if (!a.outcome) {
+      queue_line(s, std::move(a.line));
+      continue;
+    }
+    if (const auto* ok = std::get_if<EnqueueOk>(&*a.outcome)) {
+      if (!kept && !ok->existing) {
+        EnqueueFailure f;
+        f.error = EnqueueError::store_unavailable;
+        f.rig_id = ok->rig_id;
+        f.cmd_id = ok->cmd_id;
+        f.detail = unrecorded_detail(kept.error(), !a.waits_for_record);
+        queue_line(s, stream::refused_line(a.ref, f));
+        continue;
+      }
+      queue_line(s, stream::queued_line(a.ref, *ok));
+      report_or_watch(s, ok->cmd_id, std::move(a.ref), a.until_done);
+    } else {
+      queue_line(s, stream::refused_line(a.ref, std::get<EnqueueFailure>(*a.outcome)));
+    }
+  }
 }
 
 // The Fleet's events about this stream's commands, as answer lines.
@@ -92,29 +137,12 @@ void on_frame(StreamSession* s, std::string_view frame) {
 
 }  // namespace
 
-void settle_answers(StreamSession* s, const Expected<void>& kept) {
-  std::vector<StreamSession::Pending> answers;
-  answers.swap(s->pending);
-  for (StreamSession::Pending& a : answers) {
-    if (!a.outcome) {
-      queue_line(s, std::move(a.line));
-      continue;
-    }
-    if (const auto* ok = std::get_if<EnqueueOk>(&*a.outcome)) {
-      if (!kept && !ok->existing) {
-        EnqueueFailure f;
-        f.error = EnqueueError::store_unavailable;
-        f.rig_id = ok->rig_id;
-        f.detail = "the command could not be recorded (" + kept.error().detail + "): it was not sent";
-        queue_line(s, stream::refused_line(a.ref, f));
-        continue;
-      }
-      queue_line(s, stream::queued_line(a.ref, *ok));
-      s->watched[ok->cmd_id] = StreamSession::Watched{std::move(a.ref), a.until_done};
-    } else {
-      queue_line(s, stream::refused_line(a.ref, std::get<EnqueueFailure>(*a.outcome)));
-    }
-  }
+void await_answers(StreamSession* s, std::uint64_t batch) {
+  auto answers = std::make_shared<std::vector<StreamSession::Pending>>();
+  answers->swap(s->pending);
+  s->state->fleet->when_recorded(batch, [s, alive = std::weak_ptr<bool>(s->alive), answers](const Expected<void>& kept) {
+    if (!alive.expired()) settle_answers(s, *answers, kept);
+  });
 }
 
 namespace {

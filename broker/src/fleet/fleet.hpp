@@ -105,7 +105,8 @@ struct CommandView {
   std::uint64_t stream_gap_bytes = 0;     // bytes skipped between chunks (see output_accounting.hpp)
 
   // This broker's hands on it (not stored).
-  bool recorded = false;                  // committed to the store: it may be written to its rig
+  bool recorded = false;                  // its creation is in the store's hands (a batch submitted)
+  std::uint64_t waits_for_batch = 0;      // not written to its rig before that batch is durable (0: free to go)
   bool in_outbox = false;                 // in the outbox of its rig's connection here
   std::uint64_t reconcile_by_ms = 0;      // its rig came back with a new boot_id: its report is due by then
   std::uint64_t cancel_by_ms = 0;         // a CANCEL went out: its answer is due by then
@@ -183,13 +184,22 @@ class Fleet {
  public:
   virtual ~Fleet() = default;
 
-  // Records the command and queues it for its rig. Nothing is sent to the rig,
-  // and no answer should promise the command, before persist() returned.
+  // Creates the command and queues it for its rig. Nothing goes to the rig
+  // before persist(), and no answer may promise the command before the batch
+  // persist() returns is recorded (when_recorded).
   virtual EnqueueOutcome enqueue(CommandRequest request) = 0;
-  // Makes every command enqueued so far durable, then lets them go to their rigs.
-  // On an error those commands are withdrawn (undeliverable, never sent): answer
-  // store_unavailable for them.
-  virtual Expected<void> persist() = 0;
+  // Hands every command enqueued so far to the store and returns their batch.
+  // A command a client named by idempotency_key, and a job's, goes to its rig
+  // once that batch is durable (a retry after a crash finds the key; a job is
+  // not half-sent unrecorded); any other goes now, while its record is being
+  // committed (a lone command's round trip does not wait for the disk).
+  virtual std::uint64_t persist() = 0;
+  // Runs `then` once `batch` is durable (at once if it is already), or with the
+  // error if the store could not record it. Then the commands of that batch
+  // that were waiting for it were withdrawn (undeliverable, never sent), and
+  // the others were sent: their record lands when the store recovers (answer
+  // store_unavailable for both, saying which).
+  virtual void when_recorded(std::uint64_t batch, std::function<void(const Expected<void>&)> then) = 0;
   virtual std::vector<RigView> rigs() const = 0;
   // Every known rig's id and labels (sorted by key), connected or not, in no
   // particular order: what a target-set selection needs, without building a

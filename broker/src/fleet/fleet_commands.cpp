@@ -16,6 +16,10 @@ namespace {
 
 constexpr std::size_t kMaxIdempotencyKeyBytes = 128;
 constexpr std::size_t kMaxCancelsPerSession = 64;
+// Rows the store may have in hand, not yet durable, before new commands are
+// refused (store_unavailable): what a stalled disk may cost in memory (~1 KiB
+// each) instead of growing without bound.
+constexpr std::size_t kMaxStoreBacklog = 200'000;
 
 bool printable_key(std::string_view key) noexcept {
   return !key.empty() && key.size() <= kMaxIdempotencyKeyBytes &&
@@ -44,57 +48,122 @@ Expected<std::vector<JobRecord>> FleetCore::load() {
     offline_.insert_or_assign(std::move(id), std::move(r));
   }
   foreign_seen_ = store_.foreign_writes();
-  last_commit_ms_ = now;
   return std::move(snapshot->open_jobs);
 }
 
-Expected<void> FleetCore::commit() {
-  Expected<void> r = store_.commit();
-  last_commit_ms_ = clock_.wall_ms();
-  if (!r) observer_.store_failed(r.error());
-  return r;
+namespace {
+
+// A client named it by key (a retry after a crash must find the key, so the
+// key is durable before anything runs), or a job sent it (a job is not
+// half-sent unrecorded): it goes to its rig once its batch is durable.
+bool waits_for_its_record(const CommandView& v) noexcept { return !v.idempotency_key.empty() || !v.job_id.empty(); }
+
+void kick_each(std::vector<RigSession*>& kick, RigTransport& transport) {
+  std::sort(kick.begin(), kick.end());  // a fan-out names every rig once; a stream one rig many times
+  kick.erase(std::unique(kick.begin(), kick.end()), kick.end());
+  for (RigSession* s : kick) transport.write_now(*s);
 }
 
-Expected<void> FleetCore::persist() {
-  if (uncommitted_.empty()) return store_.pending() ? commit() : Expected<void>{};
+}  // namespace
+
+std::uint64_t FleetCore::persist() {
   std::vector<CmdKey> created;
   created.swap(uncommitted_);
-  Expected<void> r = commit();
-  // Sessions with a newly recorded command to write, each once.
+  const std::uint64_t batch = store_.submit();
+  const std::optional<Expected<void>> known = batch_state(batch);  // a store without a thread: known now
   std::vector<RigSession*> kick;
+  HeldBatch held{batch, {}};
   for (const CmdKey& id : created) {
     CommandView* v = commands_.find(id.view());
-    if (!v) continue;
-    if (!r) {
-      // Not recorded, so never sent: withdrawn, and said so (its caller answers
-      // store_unavailable). The store keeps the failed writes for its next commit,
-      // which then records this end too.
-      withdraw(*v);
-      v->recorded = true;
-      end(*v, CommandState::undeliverable,
-          "the command store could not record it (" + r.error().detail + "): it was never sent");
+    if (!v || v->recorded) continue;
+    v->recorded = true;  // its later steps wait for the interval commit
+    if (waits_for_its_record(*v) && !(known && *known)) {
+      v->waits_for_batch = batch;
+      held.commands.push_back(id);
       continue;
     }
-    v->recorded = true;
     if (!v->in_outbox) continue;
     if (RigSession* s = registry_.find(v->rig_id)) kick.push_back(s);
   }
-  std::sort(kick.begin(), kick.end());  // a fan-out names every rig once; a stream one rig many times
-  kick.erase(std::unique(kick.begin(), kick.end()), kick.end());
-  for (RigSession* s : kick) transport_.write_now(*s);
-  return r;
+  if (!held.commands.empty()) held_.push_back(std::move(held));
+  kick_each(kick, transport_);
+  on_store_progress();
+  return batch;
+}
+
+std::optional<Expected<void>> FleetCore::batch_state(std::uint64_t batch) const {
+  if (batch <= store_.durable_through()) return Expected<void>{};
+  if (batch > reported_through_) return std::nullopt;
+  for (const auto& [failed, error] : failed_)
+    if (failed == batch) return Expected<void>{error};
+  return Expected<void>{make_error(Errc::io, "the command store could not record it")};
+}
+
+void FleetCore::when_recorded(std::uint64_t batch, std::function<void(const Expected<void>&)> then) {
+  if (const std::optional<Expected<void>> known = batch_state(batch)) {
+    then(*known);
+    return;
+  }
+  waiters_.emplace(batch, std::move(then));
+}
+
+void FleetCore::on_store_progress() {
+  for (BatchOutcome& o : store_.take_outcomes()) {
+    reported_through_ = std::max(reported_through_, o.batch);
+    // Tried again and durable since: a success after all.
+    Expected<void> result = o.batch <= store_.durable_through() ? Expected<void>{} : std::move(o.result);
+    if (!result) {
+      observer_.store_failed(result.error());
+      failed_.emplace_back(o.batch, result.error());
+      if (failed_.size() > 64) failed_.pop_front();
+    }
+    release_held(o.batch, result);
+    while (!waiters_.empty() && waiters_.begin()->first <= o.batch) {
+      auto then = std::move(waiters_.begin()->second);
+      waiters_.erase(waiters_.begin());
+      then(result);
+    }
+  }
+  while (!failed_.empty() && failed_.front().first <= store_.durable_through()) failed_.pop_front();
+}
+
+void FleetCore::release_held(std::uint64_t batch, const Expected<void>& result) {
+  std::vector<RigSession*> kick;
+  while (!held_.empty() && held_.front().batch <= batch) {
+    const HeldBatch h = std::move(held_.front());
+    held_.pop_front();
+    for (const CmdKey& id : h.commands) {
+      CommandView* v = commands_.find(id.view());
+      if (!v || v->waits_for_batch != h.batch) continue;
+      v->waits_for_batch = 0;
+      if (!result) {
+        // Not recorded, so never sent: withdrawn, and said so (its caller answers
+        // store_unavailable). The store tries the batch again, and then records
+        // this end too.
+        withdraw(*v);
+        end(*v, CommandState::undeliverable,
+            "the command store could not record it (" + result.error().detail + "): it was never sent");
+        continue;
+      }
+      if (!v->in_outbox) continue;
+      if (RigSession* s = registry_.find(v->rig_id)) kick.push_back(s);
+    }
+  }
+  kick_each(kick, transport_);
 }
 
 void FleetCore::commit_if_due() {
   if (!uncommitted_.empty()) (void)persist();  // a caller that did not persist its commands: they go now
   save_unsaved();
-  if (store_.pending()) (void)commit();
+  if (store_.pending()) (void)store_.submit();
+  on_store_progress();
 }
 
 void FleetCore::flush_store() {
   if (!uncommitted_.empty()) (void)persist();
   save_unsaved();
-  if (store_.pending()) (void)commit();
+  if (Expected<void> r = store_.commit(); !r) observer_.store_failed(r.error());
+  on_store_progress();
 }
 
 void FleetCore::record(CommandView& v, bool with_result) {
@@ -225,6 +294,9 @@ EnqueueOutcome FleetCore::enqueue(CommandRequest req) {
   };
   if (drain_.active) return fail(EnqueueError::draining, "broker " + settings_.broker_id + " is draining");
   if (!store_.up()) return fail(EnqueueError::store_unavailable, "the command store is not available");
+  if (store_.backlog() > kMaxStoreBacklog)
+    return fail(EnqueueError::store_unavailable, "the command store is " + std::to_string(store_.backlog()) +
+                                                     " writes behind (the disk is slower than the commands)");
   // The SDK's own rules for a COMMAND (kind, args), so that what the broker accepts
   // is exactly what a rig can decode; then the frame must fit the rig's limit.
   const std::string cmd_id = req.cmd_id.empty() ? uuid_v7().to_string() : req.cmd_id;

@@ -187,10 +187,11 @@ std::size_t FleetCore::resume_paused() {
 
 namespace {
 
-// The oldest unsent command may go only once the store has it (enqueue, persist).
+// The oldest unsent command may go once its creation is in the store's hands
+// (persist), and, for one that waits for its record, once that is durable.
 bool command_ready(const RigSession& s) noexcept {
   const OutboxEntry* e = s.outbox.next_unsent();
-  return e != nullptr && (e->view == nullptr || e->view->recorded);
+  return e != nullptr && (e->view == nullptr || (e->view->recorded && e->view->waits_for_batch == 0));
 }
 
 }  // namespace

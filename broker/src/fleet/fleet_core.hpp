@@ -14,7 +14,9 @@
 //
 // Single-threaded: everything runs on the event loop.
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <map>
 #include <optional>
 #include <random>
 #include <span>
@@ -119,8 +121,11 @@ class FleetCore final : public Fleet {
   // not acknowledged is sent again, and the rig's dedup answers with its ACK and
   // stored RESULT.
   void commit_if_due();
-  // Commits whatever is pending (shutdown).
+  // Makes whatever is pending durable, and waits for it (shutdown).
   void flush_store();
+  // The store has outcomes of batches (its wakeup ran): commands waiting for
+  // their record go (or are withdrawn), answers waiting for it are given.
+  void on_store_progress();
   CommandStore& store() noexcept { return store_; }
 
   // ---- the application ----
@@ -132,7 +137,8 @@ class FleetCore final : public Fleet {
 
   // ---- Fleet (the control plane) ----
   EnqueueOutcome enqueue(CommandRequest request) override;
-  Expected<void> persist() override;
+  std::uint64_t persist() override;
+  void when_recorded(std::uint64_t batch, std::function<void(const Expected<void>&)> then) override;
   std::vector<RigView> rigs() const override;
   void visit_rig_labels(const RigLabelsVisitor& visit) const override;
   std::optional<RigView> rig(std::string_view rig_id) const override;
@@ -182,7 +188,11 @@ class FleetCore final : public Fleet {
   void finished(const CommandView& v);  // the event, the observer
   void end(CommandView& v, CommandState state, std::string detail);
   void expire_deadlines();
-  Expected<void> commit();
+  // What became of a batch: nullopt while it is on its way; an Error if the
+  // store reported it failed and it is not durable since.
+  std::optional<Expected<void>> batch_state(std::uint64_t batch) const;
+  // The commands held for batches up to `batch` go, or are withdrawn if it failed.
+  void release_held(std::uint64_t batch, const Expected<void>& result);
   RigRecord rig_record(const RigSession& s) const;
 
   void refuse_frame(RigSession& s, const FrameFault& fault, std::string_view detail);
@@ -208,8 +218,16 @@ class FleetCore final : public Fleet {
   static constexpr std::uint64_t kDeadlineScanMs = 200;
   // Rigs seen before and not connected here now (the store's inventory).
   std::unordered_map<std::string, RigRecord, TransparentStringHash, std::equal_to<>> offline_;
-  std::vector<CmdKey> uncommitted_;       // commands created since the last commit (ids inline: no allocation)
-  std::uint64_t last_commit_ms_ = 0;
+  std::vector<CmdKey> uncommitted_;       // commands created since the last persist() (ids inline: no allocation)
+  // Commands that go to their rig only once their batch is durable, by batch.
+  struct HeldBatch {
+    std::uint64_t batch = 0;
+    std::vector<CmdKey> commands;
+  };
+  std::deque<HeldBatch> held_;
+  std::multimap<std::uint64_t, std::function<void(const Expected<void>&)>> waiters_;  // when_recorded
+  std::uint64_t reported_through_ = 0;    // the newest batch whose outcome was taken
+  std::deque<std::pair<std::uint64_t, Error>> failed_;  // batches reported failed, not durable since
   std::vector<CmdKey> unsaved_;           // commands with a step not yet in the store (CommandView::unsaved)
   std::uint64_t foreign_seen_ = 0;        // store_.foreign_writes() when this broker last read the store
   std::uint32_t last_inventory_ms_ = 0;

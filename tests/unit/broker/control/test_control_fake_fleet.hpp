@@ -2,10 +2,12 @@
 // A scriptable in-memory Fleet for the control API's unit tests: the real
 // data plane is exercised by the integration tests.
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "control/http_message.hpp"
 #include "fleet/fleet.hpp"
 
 namespace fleetlink::broker::testing {
@@ -17,7 +19,7 @@ class FakeFleet final : public Fleet {
   std::optional<EnqueueFailure> next_failure;  // returned by the next enqueue, then cleared
   std::vector<std::pair<std::string, StringMap>> enqueued;  // kind, args
   std::vector<CommandRequest> requests;                      // every request, in full
-  int persisted = 0;                                         // persist() calls
+  std::uint64_t persisted = 0;                               // persist() calls (the batch numbers)
   bool persist_fails = false;
   std::vector<std::string> reconnected;
   std::vector<std::string> cancelled;   // cmd_ids passed to cancel()
@@ -62,10 +64,10 @@ class FakeFleet final : public Fleet {
     }
     return ok;
   }
-  Expected<void> persist() override {
-    ++persisted;
-    if (persist_fails) return make_error(Errc::io, "disk full (test)");
-    return {};
+  std::uint64_t persist() override { return ++persisted; }
+  void when_recorded(std::uint64_t, std::function<void(const Expected<void>&)> then) override {
+    if (persist_fails) return then(Expected<void>{make_error(Errc::io, "disk full (test)")});
+    then(Expected<void>{});
   }
   std::vector<CommandView> list_commands(const CommandQuery& q) const override {
     ++list_calls;
@@ -129,6 +131,17 @@ inline RigView make_rig(const std::string& id) {
   r.connected_at_ms = 1'800'000'000'000ULL;
   r.last_seen_ms = 1'800'000'001'000ULL;
   r.outbox_capacity = 128;
+  return r;
+}
+
+// What the transport does with an answer that promises a store batch: the
+// answer once it is durable, or its store_unavailable answer.
+inline HttpResponse settle_record(HttpResponse r, Fleet& fleet) {
+  if (r.after_record == 0) return r;
+  std::optional<Expected<void>> outcome;
+  fleet.when_recorded(r.after_record, [&](const Expected<void>& kept) { outcome = kept; });
+  r.after_record = 0;
+  if (outcome && !*outcome && r.if_unrecorded) return r.if_unrecorded(outcome->error());
   return r;
 }
 

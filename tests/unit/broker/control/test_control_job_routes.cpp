@@ -52,7 +52,7 @@ struct Fixture {
     }
     req.path = std::move(path);
     req.body = std::move(body);
-    return handle_control_request(req, fleet, metrics, options, now);
+    return settle_record(handle_control_request(req, fleet, metrics, options, now), fleet);
   }
 };
 

@@ -47,7 +47,7 @@ struct Fixture {
     req.path = std::move(path);
     req.body = std::move(body);
     req.authorization = std::move(auth);
-    return handle_control_request(req, fleet, metrics, options, kNow);
+    return settle_record(handle_control_request(req, fleet, metrics, options, kNow), fleet);
   }
 };
 

@@ -156,9 +156,16 @@ struct CoreFixture {
     r.args = std::move(args);
     return r;
   }
+  // What the core says of a batch now (the memory store has no thread: known at once).
+  bool recorded(std::uint64_t batch) {
+    std::optional<Expected<void>> kept;
+    core->when_recorded(batch, [&](const Expected<void>& k) { kept = k; });
+    if (!kept) throw std::runtime_error("batch outcome not known");
+    return kept->has_value();
+  }
   EnqueueOutcome enqueue(CommandRequest r) {
     EnqueueOutcome o = core->enqueue(std::move(r));
-    if (std::holds_alternative<EnqueueOk>(o) && !core->persist()) throw std::runtime_error("persist failed");
+    if (std::holds_alternative<EnqueueOk>(o) && !recorded(core->persist())) throw std::runtime_error("persist failed");
     return o;
   }
   // Enqueued and recorded (persist), as the control plane does it.

@@ -4,6 +4,7 @@
 // start a second FleetCore on the same store as a broker restart would, or two
 // cores on one store as two brokers sharing a state directory.
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <string>
 #include <vector>
@@ -53,34 +54,47 @@ class MemoryStore final : public CommandStore {
   void put_job(const JobRecord& j) override { pending_jobs_.push_back(j); }
   Expected<void> commit() override {
     if (shared_->fail_commits) return make_error(Errc::io, "disk full (test)");
-    for (CommandView& v : pending_) {
-      auto it = shared_->commands.find(v.cmd_id);
-      if (it == shared_->commands.end()) {
-        shared_->commands.emplace(v.cmd_id, std::move(v));
-        continue;
-      }
-      CommandView& old = it->second;
-      if (is_final(old.state) || lifecycle::rank(v.state) < lifecycle::rank(old.state)) {
-        if (v.result && !old.result) old.result = v.result;  // a late result is kept
-        continue;
-      }
-      if (!v.result && old.result) v.result = old.result;
-      if (!v.nack && old.nack) v.nack = old.nack;
-      old = std::move(v);
-    }
-    for (RigRecord& r : pending_rigs_) shared_->rigs[r.rig_id] = std::move(r);
-    for (JobRecord& j : pending_jobs_) shared_->jobs[j.job_id] = std::move(j);
-    const bool wrote = !pending_.empty() || !pending_rigs_.empty() || !pending_jobs_.empty();
+    while (!batches_.empty()) finish_next();
+    apply(pending_, pending_rigs_, pending_jobs_);
+    return {};
+  }
+
+  // Manual batches: submit() only queues, and the test says when each batch is
+  // durable (finish_next), as a store with a writer thread would, later.
+  bool manual = false;
+  std::uint64_t submit() override {
+    if (!manual) return CommandStore::submit();
+    if (!pending()) return submitted_;
+    batches_.push_back(Batch{++submitted_, std::move(pending_), std::move(pending_rigs_), std::move(pending_jobs_)});
     pending_.clear();
     pending_rigs_.clear();
     pending_jobs_.clear();
-    if (wrote) {
-      ++shared_->generation;
-      ++own_;
-      ++shared_->commits;
-    }
-    return {};
+    return submitted_;
   }
+  // The oldest queued batch becomes durable (or fails once, staying queued).
+  void finish_next(bool ok = true) {
+    if (batches_.empty()) return;
+    Batch& b = batches_.front();
+    if (!ok) {
+      outcomes_.push_back({b.number, Expected<void>{make_error(Errc::io, "disk full (test)")}});
+      return;
+    }
+    apply(b.commands, b.rigs, b.jobs);
+    durable_ = b.number;
+    outcomes_.push_back({b.number, Expected<void>{}});
+    batches_.pop_front();
+  }
+  std::size_t queued_batches() const { return batches_.size(); }
+  std::uint64_t durable_through() const noexcept override {
+    return manual ? durable_ : CommandStore::durable_through();
+  }
+  std::vector<BatchOutcome> take_outcomes() override {
+    if (!manual) return CommandStore::take_outcomes();
+    std::vector<BatchOutcome> out;
+    out.swap(outcomes_);
+    return out;
+  }
+
   bool pending() const noexcept override {
     return !pending_.empty() || !pending_rigs_.empty() || !pending_jobs_.empty();
   }
@@ -144,6 +158,45 @@ class MemoryStore final : public CommandStore {
   std::vector<RigRecord> pending_rigs_;
   std::vector<JobRecord> pending_jobs_;
   std::uint64_t own_ = 0;
+  struct Batch {
+    std::uint64_t number = 0;
+    std::vector<CommandView> commands;
+    std::vector<RigRecord> rigs;
+    std::vector<JobRecord> jobs;
+  };
+  std::deque<Batch> batches_;
+  std::uint64_t submitted_ = 0;
+  std::uint64_t durable_ = 0;
+  std::vector<BatchOutcome> outcomes_;
+
+  void apply(std::vector<CommandView>& commands, std::vector<RigRecord>& rigs, std::vector<JobRecord>& jobs) {
+    for (CommandView& v : commands) {
+      auto it = shared_->commands.find(v.cmd_id);
+      if (it == shared_->commands.end()) {
+        shared_->commands.emplace(v.cmd_id, std::move(v));
+        continue;
+      }
+      CommandView& old = it->second;
+      if (is_final(old.state) || lifecycle::rank(v.state) < lifecycle::rank(old.state)) {
+        if (v.result && !old.result) old.result = v.result;  // a late result is kept
+        continue;
+      }
+      if (!v.result && old.result) v.result = old.result;
+      if (!v.nack && old.nack) v.nack = old.nack;
+      old = std::move(v);
+    }
+    for (RigRecord& r : rigs) shared_->rigs[r.rig_id] = std::move(r);
+    for (JobRecord& j : jobs) shared_->jobs[j.job_id] = std::move(j);
+    const bool wrote = !commands.empty() || !rigs.empty() || !jobs.empty();
+    commands.clear();
+    rigs.clear();
+    jobs.clear();
+    if (wrote) {
+      ++shared_->generation;
+      ++own_;
+      ++shared_->commits;
+    }
+  }
 };
 
 }  // namespace fleetlink::broker::testing

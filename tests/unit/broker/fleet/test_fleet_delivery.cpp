@@ -194,6 +194,70 @@ TEST_CASE("store: a finished command the store has not got yet is not evicted be
   }
 }
 
+TEST_CASE("store with a writer: a keyed command goes once its batch is durable, a plain one at once; answers wait") {
+  CoreFixture f;
+  f.store->manual = true;
+  RigSession& s = f.live_rig("rig-1");
+  CommandRequest keyed = CoreFixture::request("rig-1");
+  keyed.idempotency_key = "nightly-7";
+  const std::string held = std::get<EnqueueOk>(f.core->enqueue(keyed)).cmd_id;
+  const std::uint64_t first = f.core->persist();
+  std::vector<std::string> answered;
+  f.core->when_recorded(first, [&](const Expected<void>& kept) { answered.push_back(kept ? "ok" : "failed"); });
+  CHECK(CoreFixture::commands_in(f.frames(s)).empty());  // not before its record
+  CHECK(answered.empty());
+  // On another rig, one no client named goes while its record is written.
+  RigSession& other = f.live_rig("rig-2");
+  const std::string plain = std::get<EnqueueOk>(f.core->enqueue(CoreFixture::request("rig-2"))).cmd_id;
+  const std::uint64_t second = f.core->persist();
+  CHECK(second == first + 1);
+  std::vector<msg::Command> cmds = CoreFixture::commands_in(f.frames(other));
+  REQUIRE(cmds.size() == 1);
+  CHECK(cmds[0].cmd_id == plain);
+  // Its rig answers before the store has it: the steps wait in memory.
+  f.send(other, msg::Ack{cmds[0].seq, plain, false});
+  f.send(other, CoreFixture::result_of(plain));
+  CHECK(f.state_of(plain) == CommandState::succeeded);
+  // The first batch fails once: nothing is answered ok, the keyed command is withdrawn.
+  f.store->finish_next(false);
+  f.core->on_store_progress();
+  CHECK(answered == std::vector<std::string>{"failed"});
+  CHECK(f.state_of(held) == CommandState::undeliverable);
+  CHECK(CoreFixture::commands_in(f.frames(s)).empty());
+  // It is tried again and lands; then the second.
+  f.store->finish_next();
+  f.store->finish_next();
+  f.core->on_store_progress();
+  std::optional<bool> second_ok;
+  f.core->when_recorded(second, [&](const Expected<void>& kept) { second_ok = kept.has_value(); });
+  CHECK(second_ok == true);
+  CHECK(f.store->stored(plain)->state == CommandState::queued);  // its steps come with the interval commit
+  f.core->commit_if_due();
+  f.store->finish_next();
+  CHECK(f.store->stored(plain)->state == CommandState::succeeded);
+  CHECK(f.store->stored(held)->state == CommandState::undeliverable);
+}
+
+TEST_CASE("store with a writer: a keyed command waits, then goes in its order") {
+  CoreFixture f;
+  f.store->manual = true;
+  RigSession& s = f.live_rig("rig-1");
+  CommandRequest keyed = CoreFixture::request("rig-1");
+  keyed.idempotency_key = "k-9";
+  const std::string first = std::get<EnqueueOk>(f.core->enqueue(keyed)).cmd_id;
+  const std::uint64_t batch = f.core->persist();
+  const std::string behind = std::get<EnqueueOk>(f.core->enqueue(CoreFixture::request("rig-1"))).cmd_id;
+  (void)f.core->persist();
+  CHECK(CoreFixture::commands_in(f.frames(s)).empty());  // the one behind waits in order
+  f.store->finish_next();
+  f.core->on_store_progress();
+  CHECK(f.store->durable_through() == batch);
+  const std::vector<msg::Command> cmds = CoreFixture::commands_in(f.frames(s));
+  REQUIRE(cmds.size() == 2);
+  CHECK(cmds[0].cmd_id == first);
+  CHECK(cmds[1].cmd_id == behind);
+}
+
 TEST_CASE("idempotency: a repeated request returns the existing command, a different one is a conflict") {
   CoreFixture f;
   f.live_rig("rig-1");
@@ -225,20 +289,53 @@ TEST_CASE("idempotency: a repeated request returns the existing command, a diffe
   CHECK(f.enqueue_refused(bad).error == EnqueueError::bad_request);
 }
 
-TEST_CASE("store: a commit that fails withdraws the commands it would have recorded") {
+TEST_CASE("store: a failed batch withdraws the commands that wait for their record; the others went") {
   CoreFixture f;
   RigSession& s = f.live_rig("rig-1");
   f.store->shared()->fail_commits = true;
-  EnqueueOutcome o = f.core->enqueue(CoreFixture::request("rig-1"));
+  CommandRequest keyed = CoreFixture::request("rig-1");
+  keyed.idempotency_key = "nightly-1";
+  EnqueueOutcome o = f.core->enqueue(keyed);
   REQUIRE(std::holds_alternative<EnqueueOk>(o));
-  CHECK_FALSE(f.core->persist());
+  CHECK_FALSE(f.recorded(f.core->persist()));
   const std::string id = std::get<EnqueueOk>(o).cmd_id;
   CHECK(f.state_of(id) == CommandState::undeliverable);
   CHECK(CoreFixture::commands_in(f.frames(s)).empty());  // never sent
   CHECK(s.outbox.size() == 0);
+  // One no client named goes while its record is written, and stays when that fails.
+  EnqueueOutcome plain = f.core->enqueue(CoreFixture::request("rig-1"));
+  REQUIRE(std::holds_alternative<EnqueueOk>(plain));
+  CHECK_FALSE(f.recorded(f.core->persist()));
+  const std::string sent = std::get<EnqueueOk>(plain).cmd_id;
+  const std::vector<msg::Command> cmds = CoreFixture::commands_in(f.frames(s));
+  REQUIRE(cmds.size() == 1);
+  CHECK(cmds[0].cmd_id == sent);
+  CHECK(f.state_of(sent) == CommandState::sent);
   f.store->shared()->fail_commits = false;
-  f.core->flush_store();  // the store now records its end too
+  f.core->flush_store();  // the store now records them: the end of one, the other as it is
   CHECK(f.store->stored(id)->state == CommandState::undeliverable);
+  CHECK(f.store->stored(sent).has_value());
+}
+
+TEST_CASE("store: a command that waits for its record goes once the store has it; one behind it waits too") {
+  CoreFixture f;
+  RigSession& s = f.live_rig("rig-1");
+  f.store->shared()->fail_commits = true;
+  CommandRequest keyed = CoreFixture::request("rig-1");
+  keyed.idempotency_key = "k-1";
+  const std::string first = std::get<EnqueueOk>(f.core->enqueue(keyed)).cmd_id;
+  const std::uint64_t batch = f.core->persist();
+  CHECK_FALSE(f.recorded(batch));
+  CHECK(f.state_of(first) == CommandState::undeliverable);
+  f.store->shared()->fail_commits = false;
+  keyed.idempotency_key = "k-2";
+  const std::string second = std::get<EnqueueOk>(f.core->enqueue(keyed)).cmd_id;
+  const std::string third = std::get<EnqueueOk>(f.core->enqueue(CoreFixture::request("rig-1"))).cmd_id;
+  CHECK(f.recorded(f.core->persist()));
+  const std::vector<msg::Command> cmds = CoreFixture::commands_in(f.frames(s));
+  REQUIRE(cmds.size() == 2);  // in order: the keyed one first
+  CHECK(cmds[0].cmd_id == second);
+  CHECK(cmds[1].cmd_id == third);
 }
 
 TEST_CASE("deadlines: not delivered in time -> undeliverable; it never reached the rig") {
