@@ -16,8 +16,8 @@ void FleetCore::on_ack(RigSession& s, const msg::Ack& ack) {
   s.outbox.record_ack(ack.seq, now);
   if (CommandView* v = entry->view ? entry->view : commands_.find(entry->cmd_id)) {
     v->in_outbox = false;
-    if (v->acked_boot_id.size() != 36 || parse_uuid(v->acked_boot_id) != s.boot_id)
-      v->acked_boot_id = s.boot_id.to_string();
+    const Uuid& boot = lifecycle::accepting_boot(*v, ack.duplicate, s.boot_id, s.previous_boot_id);
+    if (v->acked_boot_id.size() != 36 || parse_uuid(v->acked_boot_id) != boot) v->acked_boot_id = boot.to_string();
     lifecycle::acked(*v, ack, v->acked_boot_id, now);
     record(*v);
   }

@@ -44,6 +44,11 @@ void FleetCore::on_hello(RigSession& s, msg::Hello hello) {
   }
   const std::string boot_id = hello.boot_id;
   registry_.add(s, std::move(hello));
+  // The boot the rig had before (its superseded connection, or the inventory), if another.
+  std::string previous = existing ? existing->boot_id : std::string();
+  if (const auto seen = offline_.find(s.rig_id); previous.empty() && seen != offline_.end())
+    previous = seen->second.boot_id;
+  if (previous != boot_id) s.previous_boot_id = parse_uuid(previous).value_or(Uuid{});
   s.phase = SessionPhase::live;
   s.keepalive.start(clock_.mono_ms(), settings_.keepalive);
   s.outbound.welcome = true;

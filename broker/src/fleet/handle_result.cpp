@@ -22,7 +22,8 @@ void FleetCore::on_result(RigSession& s, msg::Result result) {
     v->in_outbox = false;
   }
   if (s.backlog) std::erase(*s.backlog, v);
-  if (v->acked_boot_id.empty()) v->acked_boot_id = s.boot_id.to_string();
+  if (v->acked_boot_id.empty())
+    v->acked_boot_id = lifecycle::accepting_boot(*v, true, s.boot_id, s.previous_boot_id).to_string();
   const std::uint64_t dropped_before = result.dropped_bytes;
   const lifecycle::ResultEffect effect = lifecycle::result(commands_, *v, std::move(result), clock_.wall_ms());
   if (effect.lost_bytes > 0) observer_.output_lost(s, *v, effect.lost_bytes, dropped_before);
@@ -32,6 +33,9 @@ void FleetCore::on_result(RigSession& s, msg::Result result) {
     observer_.result_refused(s, v->cmd_id, std::string("late: already ") + to_string(v->state) + ", result kept");
   } else if (effect.finished) {
     finished(*v);
+  } else if (lifecycle::awaits_new_boot(*v) && parse_uuid(v->acked_boot_id) != s.boot_id) {
+    // Scheduled by an earlier boot whose ACK was lost: this connection is the new boot.
+    end(*v, CommandState::succeeded, "the rig came back with boot_id " + s.boot_id.to_string());
   } else {  // a reboot scheduled: done when the rig comes back with a new boot_id
     emit(EventType::command_running, s.rig_id, v->cmd_id, v->detail);
   }

@@ -20,6 +20,7 @@
 
 #include "fleet/command_table.hpp"
 #include "fleetlink/messages.hpp"
+#include "fleetlink/uuid.hpp"
 
 namespace fleetlink::broker::lifecycle {
 
@@ -38,6 +39,16 @@ constexpr int rank(CommandState s) noexcept {
 // agent says it is scheduled.
 inline bool awaits_new_boot(const CommandView& v) noexcept {
   return v.kind == "reboot" && !is_final(v.state) && !v.acked_boot_id.empty();
+}
+
+// The agent process that accepted a command the rig answers on a connection of boot
+// `boot`: that one, unless the answer repeats an earlier acceptance (ACK duplicate,
+// or a RESULT before any ACK) of a command never acknowledged, on the first
+// connection since the rig came back with a new boot_id: then it was the earlier
+// process (`previous`, non-zero), whose ACK was lost with its connection.
+inline const Uuid& accepting_boot(const CommandView& v, bool repeat, const Uuid& boot, const Uuid& previous) noexcept {
+  const bool never_acked = v.state == CommandState::queued || v.state == CommandState::sent;
+  return repeat && never_acked && previous != Uuid{} ? previous : boot;
 }
 
 // Written to a connection with this seq.

@@ -42,6 +42,10 @@ struct RigSession {
 
   std::string rig_id;                // short ids fit the string's inline buffer
   Uuid boot_id;                      // binary (byte order = text order = time order)
+  // The rig's boot_id before this connection's, when it differs (the agent restarted
+  // since this broker last saw it); zero otherwise. A repeat answer on this connection
+  // to a command never acknowledged was accepted by that earlier process.
+  Uuid previous_boot_id;
   // Interned by the registry: a fleet shares a handful of versions, kind sets and label sets.
   const std::string* agent_version = nullptr;
   const std::vector<std::string>* kinds = nullptr;  // sorted

@@ -413,6 +413,40 @@ TEST_CASE("reboot: done only when the rig comes back with a new boot_id") {
   CHECK(f.core->command(ok.cmd_id)->detail.find(rebooted.boot_id.to_string()) != std::string::npos);
 }
 
+TEST_CASE("reboot: its ACK lost with the connection, the new boot's duplicate answer confirms it") {
+  CoreFixture f;
+  RigSession& s = f.live_rig("rig-1");
+  const EnqueueOk ok = f.enqueue_ok("rig-1", "reboot");
+  REQUIRE(CoreFixture::commands_in(f.frames(s)).size() == 1);
+  // The agent accepted it and rebooted; its ACK never reached the broker.
+  f.closed(s);  // still `sent`: it goes again on the next connection
+  CHECK(f.state_of(ok.cmd_id) == CommandState::sent);
+  RigSession& rebooted = f.live_rig("rig-1");
+  const auto again = CoreFixture::commands_in(f.frames(rebooted));
+  REQUIRE(again.size() == 1);
+  // The new process finds it in its persisted dedup: a duplicate, with the stored RESULT.
+  f.send(rebooted, msg::Ack{again[0].seq, ok.cmd_id, true});
+  CHECK(f.state_of(ok.cmd_id) == CommandState::acked);
+  f.send(rebooted, CoreFixture::result_of(ok.cmd_id, msg::Status::scheduled));
+  CHECK(f.state_of(ok.cmd_id) == CommandState::succeeded);
+  CHECK(f.core->command(ok.cmd_id)->detail.find(rebooted.boot_id.to_string()) != std::string::npos);
+}
+
+TEST_CASE("reboot: a duplicate answer from the same boot still waits for a new one") {
+  CoreFixture f;
+  RigSession& s = f.live_rig("rig-1");
+  const std::string boot = s.boot_id.to_string();
+  const EnqueueOk ok = f.enqueue_ok("rig-1", "reboot");
+  f.frames(s);
+  f.closed(s);  // a blip before the ACK: the same agent process comes back
+  RigSession& blip = f.live_rig("rig-1", boot);
+  const auto again = CoreFixture::commands_in(f.frames(blip));
+  REQUIRE(again.size() == 1);
+  f.send(blip, msg::Ack{again[0].seq, ok.cmd_id, true});
+  f.send(blip, CoreFixture::result_of(ok.cmd_id, msg::Status::scheduled));
+  CHECK(f.state_of(ok.cmd_id) == CommandState::running);
+}
+
 TEST_CASE("reboot: no new boot_id within its timeout -> timed_out") {
   CoreFixture f;
   RigSession& s = f.live_rig("rig-1");
