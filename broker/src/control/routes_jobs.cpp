@@ -251,6 +251,7 @@ HttpResponse get_jobs(const RouteContext& ctx) {
     query.since_ms = since_ms;
     query.before_job_id = before;
     query.limit = limit;
+    query.head_only = true;  // the list shows heads; a fleet-wide job's rigs are ~1 MB
     for (int page = 0; page < kMaxListPages && heads.size() < limit; ++page) {
       std::vector<JobRecord> records;
       store->list_jobs(query, [&](std::vector<JobRecord> found) { records = std::move(found); });

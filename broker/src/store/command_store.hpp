@@ -43,7 +43,9 @@ struct RigRecord {
 };
 
 // A fan-out job. The store keeps its body as given (the control plane's JSON)
-// and indexes the fields it is listed by.
+// and indexes the fields it is listed by. The body's first line is its head
+// (what a list shows); the lines after it, the job's rigs, can be large (a
+// fleet-wide job: about 80 bytes per rig).
 struct JobRecord {
   std::string job_id;
   std::uint64_t created_at_ms = 0;
@@ -58,6 +60,7 @@ struct JobQuery {
   std::uint64_t since_ms = 0;
   std::string before_job_id;
   std::size_t limit = 100;
+  bool head_only = false;  // each body up to its first newline: a list does not read every rig of every job
 };
 
 // What the store holds at start-up that the broker needs in memory.

@@ -24,6 +24,7 @@ int BusyWait::on_busy(void* self, int count) noexcept {
   const auto now = std::chrono::steady_clock::now();
   if (count == 0) w->started_ = now;
   if (now - w->started_ >= w->timeout_) return 0;
+  if (w->give_up_ && w->give_up_->load(std::memory_order_relaxed)) return 0;
   const auto step = std::chrono::microseconds(20LL << std::min(count, 7));
   std::this_thread::sleep_for(std::min<std::chrono::microseconds>(step, std::chrono::microseconds(2000)));
   return 1;

@@ -6,6 +6,7 @@
 // path holds a StmtReset for as long as it steps.
 #include <sqlite3.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -29,15 +30,19 @@ Error error_of(sqlite3* db, int rc, std::string_view doing);
 // Waits for a lock held by another connection up to `timeout`, polling from
 // 20 us up to 2 ms: SQLite's own busy handler sleeps a full millisecond first,
 // which is longer than the whole commit the other broker is usually in.
+// `give_up`, when set from another thread, ends a wait within one poll (a
+// store closing does not sit out the writer's long timeout).
 class BusyWait {
  public:
-  explicit BusyWait(std::chrono::milliseconds timeout) : timeout_(timeout) {}
+  explicit BusyWait(std::chrono::milliseconds timeout, const std::atomic<bool>* give_up = nullptr)
+      : timeout_(timeout), give_up_(give_up) {}
   void install(sqlite3* db) noexcept;
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
 
  private:
   static int on_busy(void* self, int count) noexcept;
   std::chrono::milliseconds timeout_;
+  const std::atomic<bool>* give_up_;
   std::chrono::steady_clock::time_point started_{};
 };
 

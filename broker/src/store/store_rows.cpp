@@ -1,6 +1,8 @@
 #include "store/store_rows.hpp"
 
 #include <algorithm>
+#include <cinttypes>
+#include <cstdio>
 #include <functional>
 #include <utility>
 
@@ -97,6 +99,13 @@ void combine(JobRecord& base, const JobRecord& next) {
   if (base.finished) return;
   base.body = next.body;
   base.finished = next.finished;
+}
+
+std::string key_of_ms(std::uint64_t ms) {
+  ms = std::min<std::uint64_t>(ms, 0xFFFF'FFFF'FFFFULL);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%08" PRIx64 "-%04" PRIx64, ms >> 16, ms & 0xFFFF);
+  return buf;
 }
 
 // ---- PendingWrites ----

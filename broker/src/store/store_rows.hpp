@@ -1,6 +1,6 @@
 #pragma once
 // Records as the SQLite store writes them (columns plus encoded blobs), how two
-// writes of one record combine, and the buffer of writes waiting for commit().
+// writes of one record combine, and the buffer of writes not yet in the file.
 //
 // The combining rules are the upsert's (sqlite_store.cpp), done in memory for
 // what has not reached the file yet: several put_command of one cmd_id before a
@@ -59,7 +59,13 @@ struct RigRow {
 void combine(RigRow& base, const RigRow& next);
 void combine(JobRecord& base, const JobRecord& next);  // a finished job stays as it finished
 
-// Writes waiting for commit(), one entry per record.
+// The smallest UUIDv7 text of Unix millisecond `ms`: "0190ab12-34cd". Every id
+// made at or after `ms` sorts at or after it (since= and prune's age are key
+// ranges).
+std::string key_of_ms(std::uint64_t ms);
+
+// Writes not yet in the file, one entry per record: the loop's buffer, and each
+// batch handed to the writer.
 class PendingWrites {
  public:
   void put(const CommandView& v, bool with_result);
@@ -68,6 +74,8 @@ class PendingWrites {
 
   bool empty() const noexcept { return commands_used_ == 0 && rigs_.empty() && jobs_.empty(); }
   std::size_t command_count() const noexcept { return commands_used_; }
+  // Commands, rigs and jobs: what a backlog is counted in.
+  std::size_t row_count() const noexcept { return commands_used_ + rigs_.size() + jobs_.size(); }
   const CommandRow* commands() const noexcept { return commands_.data(); }
   const std::vector<RigRow>& rigs() const noexcept { return rigs_; }
   const std::vector<JobRecord>& jobs() const noexcept { return jobs_; }
@@ -77,8 +85,8 @@ class PendingWrites {
   const RigRow* find_rig(std::string_view rig_id) const noexcept;
   const JobRecord* find_job(std::string_view job_id) const noexcept;
 
-  // After a successful commit. The command rows stay allocated: the next turn's
-  // writes reuse their strings' buffers.
+  // Once its rows are in the file. The command rows stay allocated: the next
+  // turn's writes reuse their strings' buffers.
   void clear() noexcept;
 
  private:

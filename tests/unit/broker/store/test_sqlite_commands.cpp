@@ -416,6 +416,28 @@ TEST_CASE("jobs: find, list with filters and paging; a finished job stays finish
   CHECK(std::none_of(snap->open_jobs.begin(), snap->open_jobs.end(), [](const JobRecord& j) { return j.finished; }));
 }
 
+TEST_CASE("jobs: a list may read the bodies' heads only, the unwritten ones too") {
+  TempDir tmp;
+  auto store = open_store(tmp.str());
+  const std::string rigs(100'000, 'x');
+  store->put_job(JobRecord{id_at(kT0), kT0, true, "{\"n\":0}\n[" + rigs + "]"});
+  store->put_job(JobRecord{id_at(kT0 + 1), kT0 + 1, false, "{\"n\":1}"});  // no second line
+  REQUIRE(store->commit());
+  store->put_job(JobRecord{id_at(kT0 + 2), kT0 + 2, false, "{\"n\":2}\n[" + rigs + "]"});  // not yet submitted
+  JobQuery q;
+  q.head_only = true;
+  auto heads = list_jobs(*store, q);
+  REQUIRE(heads.size() == 3);
+  CHECK(heads[0].body == "{\"n\":2}");
+  CHECK(heads[1].body == "{\"n\":1}");
+  CHECK(heads[2].body == "{\"n\":0}");
+  q.head_only = false;
+  auto whole = list_jobs(*store, q);
+  REQUIRE(whole.size() == 3);
+  CHECK(whole[2].body.size() == 8 + 100'002);
+  CHECK(find_job(*store, id_at(kT0))->body.size() == 8 + 100'002);
+}
+
 TEST_CASE("load: every open command oldest first, every rig, every unfinished job") {
   TempDir tmp;
   std::vector<std::string> id;
@@ -519,7 +541,7 @@ TEST_CASE("prune: old finished commands (with their results), the oldest beyond 
   RetentionPolicy policy;
   policy.max_age_ms = 30 * day;
   policy.max_commands = 1'000'000;
-  CHECK(store->prune(policy, now) == 41);  // 40 commands, 1 job
+  CHECK(store->prune_now(policy, now) == 41);  // 40 commands, 1 job
   CHECK_FALSE(find(*store, old_done.front()));
   CHECK_FALSE(find(*store, old_done.back()));
   for (const auto& id : old_open) CHECK(find(*store, id));  // never an open one
@@ -534,7 +556,7 @@ TEST_CASE("prune: old finished commands (with their results), the oldest beyond 
 
   // By count: 23 commands, keep 10: the 13 oldest finished go (never the open ones).
   policy.max_commands = 10;
-  CHECK(store->prune(policy, now) == 13);
+  CHECK(store->prune_now(policy, now) == 13);
   RawDb raw(tmp.db());
   CHECK(raw.integer("SELECT count(*) FROM commands") == 10);
   CHECK(raw.integer("SELECT count(*) FROM results") == 7);
@@ -543,7 +565,7 @@ TEST_CASE("prune: old finished commands (with their results), the oldest beyond 
   CHECK_FALSE(find(*store, young_done[12]));
   CHECK(find(*store, young_done[13]));
   // Nothing left to do.
-  CHECK(store->prune(policy, now) == 0);
+  CHECK(store->prune_now(policy, now) == 0);
 }
 
 TEST_CASE("prune: at most prune_max_per_call rows per call") {
@@ -558,10 +580,29 @@ TEST_CASE("prune: at most prune_max_per_call rows per call") {
   RetentionPolicy policy;
   policy.max_age_ms = 1000;
   const std::uint64_t now = kT0 + 1'000'000;
-  CHECK(store->prune(policy, now) == 25);
-  CHECK(store->prune(policy, now) == 25);
-  CHECK(store->prune(policy, now) == 10);
-  CHECK(store->prune(policy, now) == 0);
+  CHECK(store->prune_now(policy, now) == 25);
+  CHECK(store->prune_now(policy, now) == 25);
+  CHECK(store->prune_now(policy, now) == 10);
+  CHECK(store->prune_now(policy, now) == 0);
+}
+
+TEST_CASE("prune: prune() queues the work for the writer thread and reports it at the next call") {
+  TempDir tmp;
+  auto store = open_store(tmp.str(), quick_options());
+  for (int i = 0; i < 30; ++i)
+    store->put_command(command(id_at(kT0 + static_cast<std::uint64_t>(i)), "r", CommandState::succeeded), false);
+  REQUIRE(store->commit());
+  RetentionPolicy policy;
+  policy.max_age_ms = 1000;
+  const std::uint64_t now = kT0 + 1'000'000;
+  std::size_t reported = store->prune(policy, now);  // 0, or 30 if the writer was quicker than this thread
+  for (int i = 0; i < 200 && reported < 30; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    reported += store->prune(policy, now);
+  }
+  CHECK(reported == 30);
+  RawDb raw(tmp.db());
+  CHECK(raw.integer("SELECT count(*) FROM commands") == 0);
 }
 
 // The in-memory combining (several writes in one turn, and reads over pending

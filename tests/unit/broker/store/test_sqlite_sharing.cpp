@@ -163,7 +163,8 @@ TEST_CASE("sharing: a write lock held too long is an Error from commit(), and th
   CHECK(waited >= std::chrono::milliseconds(140));
   CHECK(waited < std::chrono::milliseconds(1500));
   CHECK_FALSE(store->up());
-  CHECK(store->pending());
+  CHECK_FALSE(store->pending());  // handed to the writer thread, which keeps it
+  CHECK(store->backlog() == 1);
   // Reads go on meanwhile (WAL: readers never wait for the writer).
   auto v = find(*store, id);
   REQUIRE(v);
@@ -176,13 +177,14 @@ TEST_CASE("sharing: a write lock held too long is an Error from commit(), and th
   RetentionPolicy policy;
   policy.max_age_ms = 1;
   policy.max_commands = 0;
-  CHECK(store->prune(policy, kT0 + 1'000'000) == 0);
+  CHECK(store->prune_now(policy, kT0 + 1'000'000) == 0);
 
   REQUIRE(other.exec("COMMIT") == SQLITE_OK);
   REQUIRE(store->commit());
   CHECK(store->up());
   CHECK_FALSE(store->pending());
-  CHECK(store->stats().commit_failures == 2);
+  CHECK(store->backlog() == 0);
+  CHECK(store->stats().commit_failures >= 2);  // and the writer's own retries meanwhile
   CHECK(other.integer("SELECT state FROM commands WHERE cmd_id = '" + id + "'") == 1);
   CHECK(other.integer("SELECT count(*) FROM commands") == 2);
 }
