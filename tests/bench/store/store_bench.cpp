@@ -7,11 +7,14 @@
 // drawn at random from --rigs. Each figure is the median of --rounds rounds,
 // each on a fresh store in --dir (a real disk, not tmpfs, for the WAL's sake).
 //
-//   put+commit/row   the loop's time per row written (encoding, buffering, the commit)
+//   put+submit/row   the loop's time per row written (encoding, buffering, handing the
+//                    batch to the writer thread): what a command's record costs the loop
+//   writer cpu/row   the writer thread's CPU per row (the SQL and the WAL appends: off
+//                    the loop, but the broker's CPU)
 //   ckpt cpu/row     the checkpoint thread's CPU per row (off the loop, but the broker's CPU)
 //   fan-out          --fanout commands open at once, one per rig (a target-set POST):
 //                    then ACKed, then finished, in commits of the last --batch rows
-//   commit of 1 row  a turn that wrote one new command
+//   commit of 1 row  a turn that wrote one new command, until the writer says it is durable
 //   find, open_commands_of, foreign_writes: per call, on the store the batch rounds left
 // A round runs long enough (--turns) for the checkpoint thread to go round:
 // its WAL is then reused, as in a broker that runs for hours.
@@ -115,11 +118,13 @@ class Workload {
 };
 
 struct BatchRound {
-  double put_commit_us_per_row = 0;
+  double put_submit_us_per_row = 0;
   double put_us_per_row = 0;
-  double commit_us_per_row = 0;
-  double cpu_us_per_row = 0;   // the whole process, checkpoints included
+  double submit_us_per_row = 0;
+  double cpu_us_per_row = 0;   // the whole process, the writer and checkpoints included
+  double writer_cpu_us_per_row = 0;
   double ckpt_cpu_us_per_row = 0;
+  double commits_per_turn = 0;  // the writer's transactions: below 1 when it groups turns
 };
 
 std::unique_ptr<SqliteStore> open_fresh(const std::string& dir) {
@@ -141,9 +146,11 @@ BatchRound batch_round(const Config& c, std::size_t batch, const std::string& di
   Workload w(c);
   std::uint64_t now = 1'733'000'000'000;
   std::vector<CommandView> in_flight, next;
-  double put_us = 0, commit_us = 0;
+  double put_us = 0, submit_us = 0;
   std::size_t rows = 0;
   const auto ckpt0 = store->stats().checkpoint.cpu_ns;
+  const auto writer0 = store->stats().writer_cpu_ns;
+  const auto commits0 = store->stats().commits;
   const double cpu0 = process_cpu_us();
   std::vector<CommandView> queued;
   double gen_us = 0;  // making the records: the broker's, not the store's
@@ -167,25 +174,34 @@ BatchRound batch_round(const Config& c, std::size_t batch, const std::string& di
     for (const CommandView& v : in_flight) store->put_command(v, true);
     rows += queued.size() + in_flight.size();
     const auto t1 = Clock::now();
-    if (auto r = store->commit(); !r) {
-      std::fprintf(stderr, "commit: %s\n", r.error().detail.c_str());
-      std::exit(1);
-    }
+    store->submit();
     put_us += std::chrono::duration<double, std::micro>(t1 - t0).count();
-    commit_us += us_since(t1);
+    submit_us += us_since(t1);
+    for (const BatchOutcome& o : store->take_outcomes()) {
+      if (!o.result) {
+        std::fprintf(stderr, "batch %llu: %s\n", static_cast<unsigned long long>(o.batch), o.result.error().detail.c_str());
+        std::exit(1);
+      }
+    }
     if (ids) {
       for (const CommandView& v : in_flight) ids->push_back(v.cmd_id);
     }
     std::swap(in_flight, next);
   }
-  // What the thread has not done yet is still this round's cost.
+  // What the threads have not done yet is still this round's cost.
+  if (auto r = store->commit(); !r) {
+    std::fprintf(stderr, "commit: %s\n", r.error().detail.c_str());
+    std::exit(1);
+  }
   store->checkpoint_now();
   const double cpu = process_cpu_us() - cpu0 - gen_us;
   BatchRound r;
   r.put_us_per_row = put_us / static_cast<double>(rows);
-  r.commit_us_per_row = commit_us / static_cast<double>(rows);
-  r.put_commit_us_per_row = r.put_us_per_row + r.commit_us_per_row;
+  r.submit_us_per_row = submit_us / static_cast<double>(rows);
+  r.put_submit_us_per_row = r.put_us_per_row + r.submit_us_per_row;
   r.cpu_us_per_row = cpu / static_cast<double>(rows);
+  r.writer_cpu_us_per_row = static_cast<double>(store->stats().writer_cpu_ns - writer0) / 1e3 / static_cast<double>(rows);
+  r.commits_per_turn = static_cast<double>(store->stats().commits - commits0) / static_cast<double>(c.turns);
   r.ckpt_cpu_us_per_row =
       static_cast<double>(store->stats().checkpoint.cpu_ns - ckpt0) / 1e3 / static_cast<double>(rows);
   if (ids) {
@@ -277,20 +293,23 @@ int main(int argc, char** argv) {
   std::vector<std::string> ids;
   std::unique_ptr<SqliteStore> kept;
   for (std::size_t batch : c.batches) {
-    std::vector<double> total, put, commit, cpu, ckpt;
+    std::vector<double> total, put, submit, cpu, writer, ckpt, commits;
     for (int r = 0; r < c.rounds; ++r) {
       const bool last = batch == c.batches.back() && r == c.rounds - 1;
       BatchRound b = batch_round(c, batch, store_dir, last ? &ids : nullptr, last ? &kept : nullptr);
-      total.push_back(b.put_commit_us_per_row);
+      total.push_back(b.put_submit_us_per_row);
       put.push_back(b.put_us_per_row);
-      commit.push_back(b.commit_us_per_row);
+      submit.push_back(b.submit_us_per_row);
       cpu.push_back(b.cpu_us_per_row);
+      writer.push_back(b.writer_cpu_us_per_row);
       ckpt.push_back(b.ckpt_cpu_us_per_row);
+      commits.push_back(b.commits_per_turn);
     }
-    std::printf("batch %4zu: put+commit %.2f us/row (put %.2f, commit %.2f; min %.2f max %.2f)  "
-                "process cpu %.2f us/row, of which checkpoints %.2f\n",
-                batch, median(total), median(put), median(commit), *std::min_element(total.begin(), total.end()),
-                *std::max_element(total.begin(), total.end()), median(cpu), median(ckpt));
+    std::printf("batch %4zu: loop put+submit %.2f us/row (put %.2f, submit %.2f; min %.2f max %.2f)  "
+                "process cpu %.2f us/row, of which writer %.2f, checkpoints %.2f; %.2f transactions per turn\n",
+                batch, median(total), median(put), median(submit), *std::min_element(total.begin(), total.end()),
+                *std::max_element(total.begin(), total.end()), median(cpu), median(writer), median(ckpt),
+                median(commits));
   }
   if (c.fanout > 0) {
     std::vector<double> open, ack, finish;
