@@ -138,6 +138,34 @@ class TestControlStream(harness.LabTestCase):
         self.assertEqual(asyncio.run(binary()), 1003)
         self.assertTrue(broker.alive())
 
+    def test_answers_leave_when_the_record_is_durable_without_waiting_for_other_traffic(self):
+        # A command's ACK may arrive before its record is durable; its queued and
+        # acked lines then leave when the store's writer reports the batch. That
+        # report must wake the loop itself: with nothing else going on, a missed
+        # wake-up holds the answers until the next unrelated event (a ping, 20 s).
+        broker = self.lab.broker()
+        self.lab.agent("rig-a", broker)
+        broker.wait_rigs(["rig-a"])
+        uri = f"ws://{broker.control_host}:{broker.control_port}/v1/stream"
+
+        async def one_by_one(count):
+            slowest = 0.0
+            async with websockets.connect(uri, subprotocols=["fleetlink-stream"], open_timeout=10) as ws:
+                loop = asyncio.get_running_loop()
+                for i in range(count):
+                    t0 = loop.time()
+                    await ws.send(send(f"c{i}", "rig-a", "dmesg", args={"lines": "1"}, notify="acked") + "\n")
+                    ops = []
+                    while "acked" not in ops:
+                        message = await asyncio.wait_for(ws.recv(), 3.0)
+                        ops += [json.loads(l)["op"] for l in message.split("\n") if l]
+                    self.assertEqual(ops[:2], ["queued", "acked"], (i, ops))
+                    slowest = max(slowest, loop.time() - t0)
+            return slowest
+
+        slowest = asyncio.run(one_by_one(300))
+        self.assertLess(slowest, 3.0)
+
 
 if __name__ == "__main__":
     unittest.main()

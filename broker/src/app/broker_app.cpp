@@ -83,8 +83,15 @@ int BrokerApp::control_port() const noexcept {
 Expected<void> BrokerApp::start() {
   // The store's outcomes come back on the loop: commands waiting for their
   // record go, answers waiting for it leave.
-  if (uv_async_init(loop_, &store_wakeup_,
-                    [](uv_async_t* a) { static_cast<BrokerApp*>(a->data)->core_.on_store_progress(); }) != 0)
+  if (uv_async_init(loop_, &store_wakeup_, [](uv_async_t* a) {
+        auto* self = static_cast<BrokerApp*>(a->data);
+        self->core_.on_store_progress();
+        // What that scheduled on lws timers (a control stream's answers, the
+        // end-of-turn flush) is seen by lws only when it next wakes: wake it
+        // now, or the answers wait for the next unrelated event (up to a ping
+        // interval).
+        if (self->context_ != nullptr) lws_cancel_service(self->context_);
+      }) != 0)
     return make_error(Errc::io, "uv_async_init failed");
   store_wakeup_.data = this;
   store_wakeup_open_ = true;
