@@ -84,6 +84,13 @@ std::string last_ack_age(const json& rig) {
   return format_age(optional_ms(field(rig, "last_ack_age_ms")));
 }
 
+// "now" while connected; an offline rig's time since it was last seen.
+std::string last_seen(const json& rig) {
+  if (field(rig, "connected").is_boolean() && field(rig, "connected").get<bool>()) return "now";
+  const std::optional<std::uint64_t> age = optional_ms(field(rig, "last_seen_age_ms"));
+  return age ? format_age(age) + " ago" : "-";
+}
+
 }  // namespace
 
 std::string rigs_table(const json& body) {
@@ -94,12 +101,12 @@ std::string rigs_table(const json& body) {
       rows.push_back({text_of(field(r, "rig_id")), text_of(field(r, "state")),
                       text_of(field(r, "boot_id")), text_of(field(r, "agent_version")),
                       text_of(field(r, "last_ack_seq")), last_ack_age(r), outbox_text(r),
-                      text_of(field(r, "unacked"))});
+                      text_of(field(r, "unacked")), last_seen(r)});
     }
   }
   std::sort(rows.begin(), rows.end());
-  return render_table({"RIG", "STATE", "BOOT_ID", "VERSION", "LAST_ACK", "AGE", "OUTBOX", "UNACKED"},
-                      rows);
+  return render_table(
+      {"RIG", "STATE", "BOOT_ID", "VERSION", "LAST_ACK", "AGE", "OUTBOX", "UNACKED", "LAST_SEEN"}, rows);
 }
 
 std::string rig_detail(const json& rig) {

@@ -34,7 +34,7 @@ class TestFleetctlBasics(FleetctlCase):
         lines = r.stdout.splitlines()
         self.assertEqual(lines[0].split(),
                          ["RIG", "STATE", "BOOT_ID", "VERSION", "LAST_ACK", "AGE", "OUTBOX",
-                          "UNACKED"])
+                          "UNACKED", "LAST_SEEN"])
         rows = {line.split()[0]: line.split() for line in lines[1:]}
         self.assertEqual(set(rows), {"rig-a", "rig-b"})
         api = self.broker.rigs()
@@ -53,6 +53,20 @@ class TestFleetctlBasics(FleetctlCase):
         r = self.fleetctl("--json", "rigs")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual({x["rig_id"] for x in json.loads(r.stdout)["rigs"]}, {"rig-a", "rig-b"})
+
+        # An agent stops: its rig stays listed, offline, with the time since it was last seen.
+        self.agents["rig-b"].stop()
+        self.broker.wait_rig_gone("rig-b")
+        r = self.fleetctl("rigs", "--state", "offline")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = [line.split() for line in r.stdout.splitlines()[1:]]
+        self.assertEqual([row[0] for row in rows], ["rig-b"], r.stdout)
+        self.assertEqual(rows[0][1], "offline")
+        self.assertEqual(rows[0][-1], "ago", r.stdout)
+        self.assertRegex(rows[0][-2], r"^\d+s$", r.stdout)
+        r = self.fleetctl("rigs")
+        self.assertEqual({line.split()[0]: line.split()[-1] for line in r.stdout.splitlines()[1:]},
+                         {"rig-a": "now", "rig-b": "ago"}, r.stdout)
 
     def test_send_wait_prints_the_output_and_status_shows_it(self):
         self.start()

@@ -122,6 +122,12 @@ json rig_json(const RigView& rig, std::uint64_t now_ms, bool with_unacked) {
   } else {
     j["last_ack_age_ms"] = nullptr;
   }
+  // The same for an offline rig's last sign of life (its disconnect, as the inventory has it).
+  if (rig.last_seen_ms != 0) {
+    j["last_seen_age_ms"] = now_ms > rig.last_seen_ms ? now_ms - rig.last_seen_ms : 0;
+  } else {
+    j["last_seen_age_ms"] = nullptr;
+  }
   if (with_unacked) {
     json list = json::array();
     for (const UnackedCommand& u : rig.unacked) {

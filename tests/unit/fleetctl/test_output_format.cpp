@@ -22,17 +22,21 @@ TEST_CASE("fleetctl: tables align columns and trim trailing blanks") {
   CHECK(t == "A     LONGER\nxxxx  1\ny\n");
 }
 
-TEST_CASE("fleetctl: rigs table from GET /v1/rigs, sorted by rig") {
+TEST_CASE("fleetctl: rigs table from GET /v1/rigs, sorted by rig, offline ones with their last-seen age") {
   const json body = json::parse(R"({"rigs":[
-    {"rig_id":"rig-b","state":"unresponsive","boot_id":"b1","agent_version":"0.1.0",
+    {"rig_id":"rig-b","state":"unresponsive","connected":true,"boot_id":"b1","agent_version":"0.1.0",
      "last_ack_seq":41,"last_ack_age_ms":47000,"outbox_depth":128,"outbox_capacity":128,"unacked":128},
-    {"rig_id":"rig-a","state":"connected","boot_id":"a1","agent_version":"0.1.0",
+    {"rig_id":"rig-c","state":"offline","connected":false,"boot_id":"c1","agent_version":"0.1.0",
+     "last_ack_seq":0,"last_ack_age_ms":null,"outbox_depth":2,"outbox_capacity":128,"unacked":0,
+     "last_seen_age_ms":7500000},
+    {"rig_id":"rig-a","state":"connected","connected":true,"boot_id":"a1","agent_version":"0.1.0",
      "last_ack_seq":0,"last_ack_age_ms":null,"outbox_depth":0,"outbox_capacity":128,"unacked":0}]})");
   const std::string t = fleetctl::rigs_table(body);
   CHECK(t ==
-        "RIG    STATE         BOOT_ID  VERSION  LAST_ACK  AGE  OUTBOX   UNACKED\n"
-        "rig-a  connected     a1       0.1.0    0         -    0/128    0\n"
-        "rig-b  unresponsive  b1       0.1.0    41        47s  128/128  128\n");
+        "RIG    STATE         BOOT_ID  VERSION  LAST_ACK  AGE  OUTBOX   UNACKED  LAST_SEEN\n"
+        "rig-a  connected     a1       0.1.0    0         -    0/128    0        now\n"
+        "rig-b  unresponsive  b1       0.1.0    41        47s  128/128  128      now\n"
+        "rig-c  offline       c1       0.1.0    0         -    2/128    0        2h05m ago\n");
   CHECK(fleetctl::rigs_table(json::object()).rfind("RIG", 0) == 0);  // tolerant of odd input
 }
 
