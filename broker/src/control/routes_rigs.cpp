@@ -120,14 +120,22 @@ HttpResponse post_rig_command(const RouteContext& ctx) {
     HttpResponse r;
     r.status = ok->existing ? 200 : 202;  // 200: the command this request names exists already
     r.body = enqueue_ok_json_text(*ok);
+    // The record comes first: the answer leaves once the store has the command
+    // (an existing one too: its first request may still be waiting for it).
+    r.after_record = ctx.fleet.persist();
     if (!ok->existing) {
-      // The record comes first: the answer leaves once the store has the command.
-      r.after_record = ctx.fleet.persist();
       r.if_unrecorded = [cmd_id = ok->cmd_id, waits_for_record](const Error& e) {
         return json_response(503, json{{"error", "store_unavailable"},
                                        {"cmd_id", cmd_id},
                                        {"sent", !waits_for_record},
                                        {"detail", unrecorded_detail(e, !waits_for_record)}});
+      };
+    } else {
+      r.if_unrecorded = [cmd_id = ok->cmd_id](const Error& e) {
+        return json_response(503, json{{"error", "store_unavailable"},
+                                       {"cmd_id", cmd_id},
+                                       {"detail", "the command exists, but the store has not recorded it yet (" +
+                                                      e.detail + "); ask again"}});
       };
     }
     if (hold && hold->timeout_ms > 0) {
