@@ -164,7 +164,9 @@ void BrokerObserver::command_finished(const CommandView& v) {
 
 void BrokerObserver::store_failed(const Error& e) {
   ++metrics_.store_commit_errors;
-  FL_ERROR("command store: commit failed: %s", e.detail.c_str());
+  // The store logs each streak of failures once (and its end); a line per
+  // batch would be dozens a second while a disk is full.
+  FL_DEBUG("command store: a batch is not recorded yet: %s", e.detail.c_str());
 }
 
 void BrokerObserver::drain_started(std::size_t rigs, std::uint32_t window_ms, std::uint32_t deadline_ms) {

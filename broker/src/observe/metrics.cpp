@@ -177,7 +177,7 @@ std::string BrokerMetrics::render_prometheus(
   w.simple("commands_nacked_total", "counter", "Commands refused by their rig (NACK).",
            commands_nacked);
   w.simple("commands_rejected_total", "counter",
-           "Enqueue requests refused by the broker (outbox full, unknown rig, ...).",
+           "Enqueue requests the broker refused (outbox full, unknown rig, store unavailable, ...); not the rejected state (a NACK).",
            commands_rejected);
   w.simple("commands_completed_total", "counter", "Commands whose RESULT arrived.",
            commands_completed);
@@ -191,15 +191,15 @@ std::string BrokerMetrics::render_prometheus(
       w.sample("commands_finished_total", "state=\"" + std::string(to_string(state)) + "\"",
                format_int(commands_finished[i]));
   }
-  w.simple("store_commit_errors_total", "counter", "Commits the command store refused (retried with the next one).",
+  w.simple("store_commit_errors_total", "counter", "Batches of the command store whose first attempt failed (they are kept and tried again).",
            store_commit_errors);
   if (store != nullptr) {
     const StoreCounters c = store->counters();
-    w.simple("store_commits_total", "counter", "Commits of the command store that wrote something.", c.commits);
+    w.simple("store_commits_total", "counter", "Transactions of the command store (each of one or more batches).", c.commits);
     w.simple("store_rows_written_total", "counter", "Command rows the store wrote (steps of one commit coalesced).",
              c.rows_written);
     if (!c.commit_bounds.empty())
-      w.histogram("store_commit_seconds", "How long each commit of the command store held the event loop.",
+      w.histogram("store_commit_seconds", "How long each transaction of the command store took (on its writer thread, not the event loop).",
                   c.commit_bounds, c.commit_buckets, c.commit_seconds);
   }
   w.simple("frames_in_total", "counter", "WebSocket frames received from rigs.", frames_in);
