@@ -16,6 +16,9 @@
 //                    then ACKed, then finished, in commits of the last --batch rows
 //   commit of 1 row  a turn that wrote one new command, until the writer says it is durable
 //   find, open_commands_of, foreign_writes: per call, on the store the batch rounds left
+// STORE_BENCH_GROUP=N caps a transaction at about N rows (SqliteOptions::max_group_rows):
+// the bench's loop never waits, so the writer otherwise groups up to 10,000 rows, far
+// more than a broker's turns give it (about 100 rows at 20,000 commands a second).
 // A round runs long enough (--turns) for the checkpoint thread to go round:
 // its WAL is then reused, as in a broker that runs for hours.
 #include <stdlib.h>
@@ -132,6 +135,7 @@ std::unique_ptr<SqliteStore> open_fresh(const std::string& dir) {
   std::filesystem::remove_all(dir, ec);
   SqliteOptions o;
   if (const char* m = std::getenv("STORE_BENCH_MMAP")) o.mmap_bytes = std::strtoull(m, nullptr, 10);
+  if (const char* g = std::getenv("STORE_BENCH_GROUP")) o.max_group_rows = std::strtoull(g, nullptr, 10);
   auto s = SqliteStore::open(dir, o);
   if (!s) {
     std::fprintf(stderr, "%s\n", s.error().detail.c_str());
