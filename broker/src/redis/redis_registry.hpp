@@ -1,0 +1,59 @@
+#pragma once
+// The fleet-wide rig registry on Redis: every write of `rig:<id>` goes
+// through the one script of redis/registry_script.hpp, loaded once (SCRIPT
+// LOAD) and called by its SHA (EVALSHA); a NOSCRIPT answer (Redis restarted,
+// or SCRIPT FLUSH) loads it again and repeats the call once. Lookups are a
+// plain GET. Every answer comes through a callback on the loop: nothing
+// blocks it. While Redis is away every call answers an Error at once.
+//
+// The key's TTL (default 60 s) is refreshed by the broker every refresh
+// interval (default 10 s) for each rig it holds (docs/OPERATIONS.md).
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "fleetlink/expected.hpp"
+#include "redis/redis_connection.hpp"
+#include "redis/registry_script.hpp"
+
+namespace fleetlink::broker::redis {
+
+struct RegistryOptions {
+  std::string key_prefix = "rig:";
+  std::chrono::milliseconds ttl{60'000};
+};
+
+class RedisRegistry {
+ public:
+  RedisRegistry(RedisConnection& connection, RegistryOptions options = {});
+
+  bool up() const noexcept { return connection_.up(); }
+  std::string key_of(std::string_view rig_id) const;
+  // How often the script was loaded (the first time, and after each NOSCRIPT).
+  std::uint64_t script_loads() const noexcept { return loads_; }
+
+  void claim(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id, bool force,
+             std::function<void(Expected<ClaimReply>)> done);
+  void refresh(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id,
+               std::function<void(Expected<RefreshReply>)> done);
+  void release(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id,
+               std::function<void(Expected<bool>)> done);
+  void lookup(std::string_view rig_id, std::function<void(Expected<std::optional<RegistryEntry>>)> done);
+
+ private:
+  using TextCallback = std::function<void(Expected<std::string>)>;
+  // Runs the script with these arguments (after KEYS[1]); answers its text.
+  void run(std::string_view rig_id, std::string_view op, std::string_view boot_id, std::string_view broker_id,
+           bool force, TextCallback done);
+  void evalsha(std::vector<std::string> argv, bool may_reload, TextCallback done);
+  void load_then(std::vector<std::string> argv, TextCallback done);
+
+  RedisConnection& connection_;
+  RegistryOptions options_;
+  std::string sha_;  // empty until loaded
+  std::uint64_t loads_ = 0;
+};
+
+}  // namespace fleetlink::broker::redis
