@@ -16,6 +16,7 @@ namespace {
 
 constexpr std::size_t kMaxIdempotencyKeyBytes = 128;
 constexpr std::size_t kMaxCancelsPerSession = 64;
+constexpr std::size_t kMaxOwedCancelsPerRig = 1024;  // what an outbox and its held queue can have timed out, and more
 // Rows the store may have in hand, not yet durable, before new commands are
 // refused (store_unavailable): what a stalled disk may cost in memory (~1 KiB
 // each) instead of growing without bound.
@@ -414,6 +415,12 @@ void FleetCore::deliver_open(RigSession& s) {
       for (CommandView& r : records) adopt(std::move(r));
     });
   }
+  if (const auto owed = owed_cancels_.find(s.rig_id); owed != owed_cancels_.end()) {
+    std::vector<std::string> ids = std::move(owed->second);
+    owed_cancels_.erase(owed);
+    for (const std::string& id : ids)
+      if (!queue_cancel_of(s, id)) owe_cancel(s.rig_id, id);  // more than a session holds: the next connection
+  }
   const std::string boot = s.boot_id.to_string();
   const std::uint64_t now = clock_.wall_ms();
   const std::vector<CommandView*> open = commands_.open_of(s.rig_id);  // a copy: ends change the list
@@ -480,14 +487,25 @@ void FleetCore::withdraw(CommandView& v) {
 }
 
 bool FleetCore::queue_cancel(RigSession& s, CommandView& v) {
-  std::vector<std::string>& list = pending_cancels_[&s];
-  if (list.size() >= kMaxCancelsPerSession || std::find(list.begin(), list.end(), v.cmd_id) != list.end())
-    return false;
-  list.push_back(v.cmd_id);
-  s.outbound.cancels = true;
+  if (!queue_cancel_of(s, v.cmd_id)) return false;
   if (v.cancel_requested_at_ms && !v.cancel_by_ms) v.cancel_by_ms = clock_.wall_ms() + settings_.cancel_grace_ms;
+  return true;
+}
+
+bool FleetCore::queue_cancel_of(RigSession& s, const std::string& cmd_id) {
+  std::vector<std::string>& list = pending_cancels_[&s];
+  if (list.size() >= kMaxCancelsPerSession || std::find(list.begin(), list.end(), cmd_id) != list.end())
+    return false;
+  list.push_back(cmd_id);
+  s.outbound.cancels = true;
   transport_.write_soon(s);
   return true;
+}
+
+void FleetCore::owe_cancel(const std::string& rig_id, const std::string& cmd_id) {
+  std::vector<std::string>& owed = owed_cancels_[rig_id];
+  if (owed.size() >= kMaxOwedCancelsPerRig || std::find(owed.begin(), owed.end(), cmd_id) != owed.end()) return;
+  owed.push_back(cmd_id);
 }
 
 // ---------------------------------------------------------------------------------
@@ -554,11 +572,15 @@ void FleetCore::expire_deadlines() {
         end(*v, CommandState::interrupted,
             "the rig restarted (boot_id " + boot + ") without a result for it from boot_id " + v->acked_boot_id);
     } else if (acked && v->acked_at_ms && now >= *v->acked_at_ms + std::uint64_t{v->timeout_s} * 1000) {
-      if (RigSession* s = registry_.find(v->rig_id)) queue_cancel(*s, *v);
+      const bool reboot = lifecycle::awaits_new_boot(*v);
+      RigSession* s = registry_.find(v->rig_id);
+      if (s) queue_cancel(*s, *v);
+      else if (!reboot) owe_cancel(v->rig_id, v->cmd_id);
       end(*v, CommandState::timed_out,
-          lifecycle::awaits_new_boot(*v)
-              ? "the rig did not come back with a new boot_id within timeout_s (" + seconds(v->timeout_s) + ")"
-              : "no result within timeout_s (" + seconds(v->timeout_s) + "): CANCEL sent to the rig");
+          reboot ? "the rig did not come back with a new boot_id within timeout_s (" + seconds(v->timeout_s) + ")"
+          : s    ? "no result within timeout_s (" + seconds(v->timeout_s) + "): CANCEL sent to the rig"
+                 : "no result within timeout_s (" + seconds(v->timeout_s) +
+                       "): the rig is away; CANCEL goes when it reconnects");
     } else if (v->state == CommandState::queued && now >= v->deliver_by_ms) {
       withdraw(*v);
       end(*v, CommandState::undeliverable,

@@ -60,7 +60,17 @@ void FleetCore::on_closed(RigSession& s) {
   const std::uint16_t peer_code =
       s.phase == SessionPhase::closing ? 0 : (s.peer_close_code ? s.peer_close_code : std::uint16_t{1006});
   unregister(s, "connection closed");
-  if (s.outbound.cancels) pending_cancels_.erase(&s);
+  if (s.outbound.cancels) {
+    // Not written: an open command's cancel is asked again by deliver_open; an
+    // ended one's (timed out) is owed to the rig's next connection.
+    if (const auto it = pending_cancels_.find(&s); it != pending_cancels_.end()) {
+      for (const std::string& id : it->second) {
+        const CommandView* v = commands_.find(id);
+        if (!v || is_final(v->state)) owe_cancel(s.rig_id, id);
+      }
+      pending_cancels_.erase(it);
+    }
+  }
   if (s.rx_paused) std::erase(paused_, &s);
   registry_.release_interned(s);
   if (sweep_cursor_ == &s) sweep_cursor_ = s.next;

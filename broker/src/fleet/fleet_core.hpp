@@ -178,6 +178,9 @@ class FleetCore final : public Fleet {
   void withdraw(CommandView& v);
   // Queues a CANCEL for v on s; false when too many wait or one already does.
   bool queue_cancel(RigSession& s, CommandView& v);
+  bool queue_cancel_of(RigSession& s, const std::string& cmd_id);
+  // The rig is not here: its CANCEL goes after its next WELCOME.
+  void owe_cancel(const std::string& rig_id, const std::string& cmd_id);
   // The store gets v: a new command at once (persist() commits it); a step of a
   // recorded one with the next interval commit (save_unsaved).
   void record(CommandView& v, bool with_result = false);
@@ -249,6 +252,11 @@ class FleetCore final : public Fleet {
   std::vector<RigSession*> paused_;     // reading paused by the inbound rate limit
   // CANCELs waiting to be written, per session: rare, so kept here rather than in every session.
   std::unordered_map<const RigSession*, std::vector<std::string>> pending_cancels_;
+  // CANCELs owed to rigs that were away when a command of theirs timed out (or
+  // whose connection closed before the CANCEL was written): sent after the rig's
+  // next WELCOME to this broker, so that it stops what it may still be running.
+  // Kept in memory only: a broker restart forgets them (docs/OPERATIONS.md 9).
+  std::unordered_map<std::string, std::vector<std::string>> owed_cancels_;
 };
 
 }  // namespace fleetlink::broker

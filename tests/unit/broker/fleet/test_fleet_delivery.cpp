@@ -393,6 +393,45 @@ TEST_CASE("deadlines: no RESULT within timeout_s -> CANCEL to the rig, timed_out
   CHECK(v.result->status == msg::Status::cancelled);
 }
 
+TEST_CASE("deadlines: timed out while the rig is away -> its CANCEL goes after the rig's next WELCOME") {
+  CoreFixture f;
+  RigSession& s = f.live_rig("rig-1");
+  const std::string boot = s.boot_id.to_string();
+  CommandRequest r = CoreFixture::request("rig-1");
+  r.timeout_s = 2;
+  const EnqueueOk ok = f.enqueue_ok(r);
+  f.frames(s);
+  f.send(s, msg::Ack{ok.seq, ok.cmd_id, false});
+  f.closed(s);  // the rig goes away while it runs the command
+  tick(f, 2100);
+  CHECK(f.state_of(ok.cmd_id) == CommandState::timed_out);
+  CHECK(f.core->command(ok.cmd_id)->detail.find("CANCEL goes when it reconnects") != std::string::npos);
+  RigSession& back = f.live_rig("rig-1", boot);
+  CHECK(cancels_in(f.frames(back)) == std::vector<std::string>{ok.cmd_id});
+  f.send(back, CoreFixture::result_of(ok.cmd_id, msg::Status::cancelled));
+  CHECK(f.state_of(ok.cmd_id) == CommandState::timed_out);  // the answer is kept; the state stays
+  // Owed once: the next connection gets nothing more.
+  f.closed(back);
+  RigSession& again = f.live_rig("rig-1", boot);
+  CHECK(cancels_in(f.frames(again)).empty());
+}
+
+TEST_CASE("deadlines: a CANCEL queued for a timed-out command but not written before the close is owed") {
+  CoreFixture f;
+  RigSession& s = f.live_rig("rig-1");
+  const std::string boot = s.boot_id.to_string();
+  CommandRequest r = CoreFixture::request("rig-1");
+  r.timeout_s = 2;
+  const EnqueueOk ok = f.enqueue_ok(r);
+  f.frames(s);
+  f.send(s, msg::Ack{ok.seq, ok.cmd_id, false});
+  tick(f, 2100);
+  CHECK(f.state_of(ok.cmd_id) == CommandState::timed_out);
+  f.closed(s);  // before the CANCEL was written
+  RigSession& back = f.live_rig("rig-1", boot);
+  CHECK(cancels_in(f.frames(back)) == std::vector<std::string>{ok.cmd_id});
+}
+
 TEST_CASE("reboot: done only when the rig comes back with a new boot_id") {
   CoreFixture f;
   RigSession& s = f.live_rig("rig-1");
