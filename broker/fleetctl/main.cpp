@@ -193,12 +193,20 @@ bool build_args(int lines, const std::vector<std::string>& arg_list, json& args)
 }
 
 // A command's own deadlines (every rig's, for a job): unset when negative.
+// What a send asks of its command beyond kind and args: deadlines, its identity
+// (a repeated send with the same key or cmd_id is the same command), holding.
 struct CommandDeadlines {
   long deliver_within_s = -1;
   long timeout_s = -1;
+  std::string idempotency_key;
+  std::string cmd_id;
+  bool hold = false;
   void add_to(json& request) const {
     if (deliver_within_s >= 0) request["deliver_within_s"] = deliver_within_s;
     if (timeout_s >= 0) request["timeout_s"] = timeout_s;
+    if (!idempotency_key.empty()) request["idempotency_key"] = idempotency_key;
+    if (!cmd_id.empty()) request["cmd_id"] = cmd_id;
+    if (hold) request["hold"] = true;
   }
 };
 
@@ -378,7 +386,8 @@ int cmd_send(ControlClient& c, const Globals& g, const std::string& rig, const s
   TransportError e;
   const auto r = c.call("POST", "/v1/rigs/" + c.escape(rig) + "/commands", request.dump(), e);
   if (!r) return unreachable(e);
-  if (r->status != 202) return api_error(*r, g);
+  // 200: the command this send names (its key or cmd_id) existed already.
+  if (r->status != 202 && r->status != 200) return api_error(*r, g);
   const json accepted = parse_json(r->body);
   const std::string cmd_id = field_text(accepted, "cmd_id");
   if (!wait) {
@@ -634,6 +643,13 @@ int main(int argc, char** argv) {
   send->add_option("--cmd-timeout", deadlines.timeout_s,
                    "seconds for the command's result once acknowledged, else timed_out (default: the kind's)")
       ->check(CLI::Range(1L, 7L * 24 * 3600));
+  send->add_option("--idempotency-key", deadlines.idempotency_key,
+                   "a key of the caller's: sending again with it returns the existing command, never a second one");
+  send->add_option("--cmd-id", deadlines.cmd_id,
+                   "the command's id, a UUID of the caller's (UUIDv7 sorts by time): sending again returns it");
+  send->add_flag("--hold", deadlines.hold,
+                 "for a rig the broker has never seen: hold the command until it connects (deliver-within), "
+                 "instead of unknown_rig");
   send->add_option("--lines", lines, "dmesg: number of lines (args.lines)")->check(CLI::NonNegativeNumber);
   send->add_option("--arg", args, "extra argument key=value (repeatable)");
   send->add_flag("--wait", wait,
@@ -704,6 +720,8 @@ int main(int argc, char** argv) {
     if (fan.wanted()) {
       // One positional only: it is the KIND.
       if (!kind.empty()) return fail(kUsage, "send --rig-glob/--label takes KIND only, not RIG");
+      if (!deadlines.idempotency_key.empty() || !deadlines.cmd_id.empty())
+        return fail(kUsage, "--idempotency-key and --cmd-id name one command, not a job's");
       json cmd_args;
       if (!build_args(lines, args, cmd_args)) return kUsage;
       return cmd_send_job(client, g, fan, rig_id, cmd_args, deadlines, wait, timeout_s);

@@ -68,6 +68,31 @@ class TestFleetctlBasics(FleetctlCase):
         self.assertEqual({line.split()[0]: line.split()[-1] for line in r.stdout.splitlines()[1:]},
                          {"rig-a": "now", "rig-b": "ago"}, r.stdout)
 
+    def test_send_with_an_idempotency_key_or_cmd_id_twice_is_one_command(self):
+        self.start()
+        first = self.fleetctl("send", "rig-a", "dmesg", "--lines", "1", "--idempotency-key", "deploy-42")
+        self.assertEqual(first.returncode, 0, first.stderr)
+        again = self.fleetctl("send", "rig-a", "dmesg", "--lines", "1", "--idempotency-key", "deploy-42")
+        self.assertEqual(again.returncode, 0, again.stderr)
+        self.assertEqual(again.stdout.strip(), first.stdout.strip())
+        own = "01937ed9-7200-7000-8000-00000000abcd"
+        for _ in range(2):
+            r = self.fleetctl("send", "rig-a", "dmesg", "--lines", "1", "--cmd-id", own)
+            self.assertEqual((r.returncode, r.stdout.strip()), (0, own), r.stderr)
+        status, body = self.broker.api("GET", "/v1/commands?rig=rig-a")
+        self.assertEqual(status, 200)
+        ids = [c["cmd_id"] for c in body["commands"]]
+        self.assertEqual(sorted(ids), sorted([first.stdout.strip(), own]), body)
+        # A rig never seen: refused, unless held.
+        r = self.fleetctl("send", "rig-new", "dmesg")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("never connected", r.stderr)
+        r = self.fleetctl("--json", "send", "rig-new", "dmesg", "--hold")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(json.loads(r.stdout)["held"], r.stdout)
+        r = self.fleetctl("send", "--rig-glob", "rig-*", "dmesg", "--idempotency-key", "k")
+        self.assertNotEqual(r.returncode, 0)
+
     def test_send_wait_prints_the_output_and_status_shows_it(self):
         self.start()
         r = self.fleetctl("send", "rig-a", "dmesg", "--lines", "5", "--wait")
