@@ -259,6 +259,27 @@ TEST_CASE("commands: a NACK ends the command rejected; an answer for an unknown 
   CHECK(s.outbox.size() == 0);
 }
 
+TEST_CASE("commands: a seq_gap NACK leaves the command pending; it goes again on the next connection") {
+  CoreFixture f;
+  RigSession& s = f.live_rig("rig-1");
+  const std::string boot = s.boot_id.to_string();
+  const EnqueueOk first = f.enqueue_ok("rig-1");
+  const EnqueueOk second = f.enqueue_ok("rig-1");
+  f.frames(s);
+  for (const EnqueueOk* ok : {&first, &second})
+    f.send(s, msg::Nack{ok->seq, ok->cmd_id, msg::NackReason::seq_gap, "expected seq 7", 7});
+  CHECK(f.state_of(first.cmd_id) == CommandState::sent);
+  CHECK(f.state_of(second.cmd_id) == CommandState::sent);
+  CHECK(s.outbox.size() == 0);
+  f.closed(s);  // the rig closes 4412 and reconnects
+  RigSession& back = f.live_rig("rig-1", boot);
+  const auto again = CoreFixture::commands_in(f.frames(back));
+  REQUIRE(again.size() == 2);
+  CHECK(again[0].cmd_id == first.cmd_id);
+  CHECK(again[1].cmd_id == second.cmd_id);
+  CHECK(again[0].seq == 1);
+}
+
 TEST_CASE("commands: a RESULT without an ACK settles the command (also after OUTPUT made it running)") {
   CoreFixture f;
   RigSession& s = f.live_rig("rig-1");
