@@ -75,7 +75,8 @@ class TestFleetctlBasics(FleetctlCase):
         again = self.fleetctl("send", "rig-a", "dmesg", "--lines", "1", "--idempotency-key", "deploy-42")
         self.assertEqual(again.returncode, 0, again.stderr)
         self.assertEqual(again.stdout.strip(), first.stdout.strip())
-        own = "01937ed9-7200-7000-8000-00000000abcd"
+        ms = int(time.time() * 1000)
+        own = f"{ms >> 16:08x}-{ms & 0xFFFF:04x}-7000-8000-00000000abcd"  # a UUIDv7 of now
         for _ in range(2):
             r = self.fleetctl("send", "rig-a", "dmesg", "--lines", "1", "--cmd-id", own)
             self.assertEqual((r.returncode, r.stdout.strip()), (0, own), r.stderr)

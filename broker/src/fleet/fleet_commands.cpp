@@ -16,6 +16,9 @@ namespace {
 
 constexpr std::size_t kMaxIdempotencyKeyBytes = 128;
 constexpr std::size_t kMaxCancelsPerSession = 64;
+// How far a client's UUIDv7 cmd_id may be from the broker's clock.
+constexpr std::uint64_t kClientIdAheadMs = 3600ULL * 1000;
+constexpr std::uint64_t kClientIdBehindMs = 24ULL * 3600 * 1000;
 constexpr std::size_t kMaxOwedCancelsPerRig = 1024;  // what an outbox and its held queue can have timed out, and more
 // Rows the store may have in hand, not yet durable, before new commands are
 // refused (store_unavailable): what a stalled disk may cost in memory (~1 KiB
@@ -303,8 +306,20 @@ EnqueueOutcome FleetCore::enqueue(CommandRequest req) {
   const std::string cmd_id = req.cmd_id.empty() ? uuid_v7().to_string() : req.cmd_id;
   Message command{msg::Command{1, cmd_id, req.kind, req.args, 0}};
   if (Expected<void> valid = validate(command); !valid) return fail(EnqueueError::bad_request, valid.error().detail);
-  if (!req.cmd_id.empty() && parse_uuid(req.cmd_id)->to_string() != req.cmd_id)
-    return fail(EnqueueError::bad_request, "cmd_id: must be a UUID in lower case");
+  if (!req.cmd_id.empty()) {
+    const std::optional<Uuid> id = parse_uuid(req.cmd_id);
+    if (!id || id->to_string() != req.cmd_id) return fail(EnqueueError::bad_request, "cmd_id: must be a UUID in lower case");
+    // History order, since= and retention by age read the creation time from its
+    // first 48 bits: another version's random bits would have a command pruned at
+    // once, or never.
+    if (id->version() != 7) return fail(EnqueueError::bad_request, "cmd_id: must be a UUIDv7 (RFC 9562), not version " +
+                                                                      std::to_string(id->version()));
+    const std::uint64_t now = clock_.wall_ms(), at = id->unix_ms();
+    if (at > now + kClientIdAheadMs || at + kClientIdBehindMs < now)
+      return fail(EnqueueError::bad_request,
+                  "cmd_id: its time (" + std::to_string(at) + " ms) is more than an hour ahead of or a day behind the "
+                  "broker's clock (" + std::to_string(now) + " ms): make it now");
+  }
   std::size_t arg_bytes = 0;
   for (const auto& [k, v] : req.args) arg_bytes += k.size() + v.size();
   if (arg_bytes + req.kind.size() + 256 > settings_.max_frame_bytes)

@@ -275,7 +275,7 @@ TEST_CASE("idempotency: a repeated request returns the existing command, a diffe
   CHECK(conflict.cmd_id == first.cmd_id);
   // The client's own cmd_id works the same way, also after a restart.
   CommandRequest named = CoreFixture::request("rig-1");
-  named.cmd_id = uuid_v7().to_string();
+  named.cmd_id = uuid_v7_at(f.clock.wall_ms()).to_string();
   const EnqueueOk made = f.enqueue_ok(named);
   CHECK(made.cmd_id == named.cmd_id);
   f.crash_and_restart();
@@ -287,6 +287,19 @@ TEST_CASE("idempotency: a repeated request returns the existing command, a diffe
   bad.cmd_id = named.cmd_id;
   for (char& c : bad.cmd_id) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   CHECK(f.enqueue_refused(bad).error == EnqueueError::bad_request);
+  // Not a UUIDv7, or not made now: its time would misplace it in history and retention.
+  bad.cmd_id = "9b2c4a5e-1f3d-4c6b-8a7e-2d4f6b8c0e1a";  // version 4
+  EnqueueFailure v4 = f.enqueue_refused(bad);
+  CHECK(v4.error == EnqueueError::bad_request);
+  CHECK(v4.detail.find("UUIDv7") != std::string::npos);
+  for (const std::uint64_t at : {f.clock.wall_ms() - 2 * 24 * 3600 * 1000ULL, f.clock.wall_ms() + 2 * 3600 * 1000ULL}) {
+    bad.cmd_id = uuid_v7_at(at).to_string();
+    EnqueueFailure skewed = f.enqueue_refused(bad);
+    CHECK(skewed.error == EnqueueError::bad_request);
+    CHECK(skewed.detail.find("clock") != std::string::npos);
+  }
+  bad.cmd_id = uuid_v7_at(f.clock.wall_ms() - 3600 * 1000ULL).to_string();  // an hour old: fine
+  CHECK(std::holds_alternative<EnqueueOk>(f.core->enqueue(bad)));
 }
 
 TEST_CASE("store: a failed batch withdraws the commands that wait for their record; the others went") {
