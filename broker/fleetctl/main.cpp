@@ -481,7 +481,10 @@ int cmd_cancel(ControlClient& c, const Globals& g, const std::string& cmd_id) {
   if (g.json_output) {
     print_raw(r->body);
   } else {
-    std::cout << "cancel sent for " << cmd_id << " (see: fleetctl status " << cmd_id << ")\n";
+    if (r->status == 200)  // still queued: withdrawn, never reached the rig
+      std::cout << "cancelled " << cmd_id << " before it reached its rig\n";
+    else
+      std::cout << "cancel sent for " << cmd_id << " (see: fleetctl status " << cmd_id << ")\n";
   }
   return kOk;
 }

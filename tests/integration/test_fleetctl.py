@@ -90,7 +90,12 @@ class TestFleetctlBasics(FleetctlCase):
         self.assertIn("never connected", r.stderr)
         r = self.fleetctl("--json", "send", "rig-new", "dmesg", "--hold")
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertTrue(json.loads(r.stdout)["held"], r.stdout)
+        held = json.loads(r.stdout)
+        self.assertTrue(held["held"], r.stdout)
+        # Still queued: a cancel withdraws it, and says so.
+        r = self.fleetctl("cancel", held["cmd_id"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"cancelled {held['cmd_id']} before it reached its rig", r.stdout)
         r = self.fleetctl("send", "--rig-glob", "rig-*", "dmesg", "--idempotency-key", "k")
         self.assertNotEqual(r.returncode, 0)
 

@@ -56,7 +56,7 @@ struct RigView {
 //
 // or, never run: undeliverable (not acknowledged by its delivery deadline),
 // rejected (the rig NACKed it); or interrupted (the rig restarted, new boot_id,
-// without finishing it). The last six are final.
+// without finishing it). The last seven are final.
 enum class CommandState : std::uint8_t {
   queued,         // recorded; waiting for (or in) its rig's outbox
   sent,           // written to a connection, no ACK yet (sent again on the next one if none comes)

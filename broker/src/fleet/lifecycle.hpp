@@ -11,7 +11,7 @@
 // when the rig came back with a new boot_id and no result, succeeded for a
 // reboot when the rig comes back with a new boot_id.
 //
-// The last six states are final: nothing changes a finished command (a late
+// The last seven states are final: nothing changes a finished command (a late
 // RESULT is kept with it, its state stays). Each step takes the time it
 // happened (Unix ms). Pure.
 #include <cstdint>
