@@ -138,14 +138,19 @@ class TestControlStream(harness.LabTestCase):
         self.assertEqual(asyncio.run(binary()), 1003)
         self.assertTrue(broker.alive())
 
-    def test_answers_leave_when_the_record_is_durable_without_waiting_for_other_traffic(self):
-        # A command's ACK may arrive before its record is durable; its queued and
-        # acked lines then leave when the store's writer reports the batch. That
-        # report must wake the loop itself: with nothing else going on, a missed
-        # wake-up holds the answers until the next unrelated event (a ping, 20 s).
-        broker = self.lab.broker()
-        self.lab.agent("rig-a", broker)
-        broker.wait_rigs(["rig-a"])
+    def test_answers_to_instant_rigs_leave_without_waiting_for_other_traffic(self):
+        # A command's ACK may arrive before its record is durable; its queued and acked
+        # lines then leave when the store's writer reports the batch, and that report
+        # must wake lws itself. Rigs that ACK at once (fleetlink-rigsim) make it happen
+        # often: before 59b650c a missed wake-up held the answers until the next
+        # unrelated event (a ping, 20 s). That build fails here every time.
+        rigsim = harness.binary("fleetlink-rigsim")  # built with the tests; missing: the test fails
+        port = harness.free_port()
+        broker = self.lab.broker(args=["--plain-listen", f"127.0.0.1:{port}"])
+        self.lab.process("rigsim", [rigsim, "--url", f"ws://127.0.0.1:{port}/agent", "--count", "50",
+                                    "--status-ms", "1000", "--max-seconds", "120"])
+        rigs = [f"rig-{i:05d}" for i in range(50)]
+        broker.wait_rigs(rigs)
         uri = f"ws://{broker.control_host}:{broker.control_port}/v1/stream"
 
         async def one_by_one(count):
@@ -154,17 +159,15 @@ class TestControlStream(harness.LabTestCase):
                 loop = asyncio.get_running_loop()
                 for i in range(count):
                     t0 = loop.time()
-                    await ws.send(send(f"c{i}", "rig-a", "dmesg", args={"lines": "1"}, notify="acked") + "\n")
+                    await ws.send(send(f"c{i}", rigs[i % len(rigs)], "noop", notify="acked") + "\n")
                     ops = []
                     while "acked" not in ops:
                         message = await asyncio.wait_for(ws.recv(), 3.0)
                         ops += [json.loads(l)["op"] for l in message.split("\n") if l]
-                    self.assertEqual(ops[:2], ["queued", "acked"], (i, ops))
                     slowest = max(slowest, loop.time() - t0)
             return slowest
 
-        slowest = asyncio.run(one_by_one(300))
-        self.assertLess(slowest, 3.0)
+        self.assertLess(asyncio.run(one_by_one(4000)), 3.0)
 
 
 if __name__ == "__main__":
