@@ -105,6 +105,7 @@ json rig_json(const RigView& rig, std::uint64_t now_ms, bool with_unacked) {
       {"labels", rig.labels},
       {"kinds", rig.kinds},
       {"peer", rig.peer},
+      {"broker", rig.broker_id.empty() ? json(nullptr) : json(rig.broker_id)},
       {"connected_at", time_or_null_if_zero(rig.connected_at_ms)},
       {"first_seen_at", time_or_null_if_zero(rig.first_seen_ms)},
       {"last_seen_at", time_or_null_if_zero(rig.last_seen_ms)},
@@ -233,6 +234,8 @@ int enqueue_failure_status(EnqueueError e) noexcept {
     case EnqueueError::bad_request: return 400;
     case EnqueueError::conflict: return 409;
     case EnqueueError::store_unavailable: return 503;
+    case EnqueueError::registry_unavailable: return 503;
+    case EnqueueError::route_timeout: return 504;
   }
   return 500;
 }

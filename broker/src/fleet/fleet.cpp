@@ -37,6 +37,8 @@ const char* to_string(EnqueueError e) noexcept {
     case EnqueueError::bad_request: return "bad_request";
     case EnqueueError::conflict: return "conflict";
     case EnqueueError::store_unavailable: return "store_unavailable";
+    case EnqueueError::registry_unavailable: return "registry_unavailable";
+    case EnqueueError::route_timeout: return "route_timeout";
   }
   return "unknown";
 }

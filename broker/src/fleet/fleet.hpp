@@ -48,6 +48,7 @@ struct RigView {
   std::size_t held = 0;               // commands waiting for the rig (offline, or behind a full outbox)
   unsigned missed_pongs = 0;
   std::vector<UnackedCommand> unacked; // oldest first
+  std::string broker_id;              // the broker it is connected to (several brokers; empty: offline)
 };
 
 // A command's life (docs/PROTOCOL.md section 6, fleet/lifecycle.hpp):
@@ -147,6 +148,8 @@ enum class EnqueueError : std::uint8_t {
   bad_request,        // empty kind, too many/too large args, bad ids     -> HTTP 400
   conflict,           // the cmd_id / idempotency_key names another command -> HTTP 409
   store_unavailable,  // the command could not be recorded: not sent      -> HTTP 503
+  registry_unavailable,  // several brokers: the rig is not here and the registry cannot say where -> 503
+  route_timeout,      // its owner broker did not answer in time: it may have it -> HTTP 504
 };
 const char* to_string(EnqueueError e) noexcept;
 
@@ -234,6 +237,35 @@ class Fleet {
 
   // What happens to rigs and commands (fleet/events.hpp).
   virtual EventBus& events() = 0;
+
+  // ---- several brokers (a shared registry, fleet/broker_mesh.hpp) ----
+  // The rig is not connected here and may be on another broker: its commands,
+  // and a force-reconnect, go through the *_routed calls, whose answers come
+  // later (within a bounded time). A single broker never routes.
+  virtual bool routes_elsewhere(std::string_view /*rig_id*/) const { return false; }
+  // The command is not this broker's to cancel (it does not hold it, or its rig is elsewhere).
+  virtual bool cancel_routes_elsewhere(std::string_view /*cmd_id*/) const { return false; }
+  struct RoutedOutcome {
+    EnqueueOutcome outcome;
+    std::optional<Error> unrecorded;  // set: the store could not record it (outcome names the command)
+    std::string broker_id;            // the broker that took it
+  };
+  virtual void enqueue_routed(CommandRequest request, std::function<void(RoutedOutcome)> done) {
+    RoutedOutcome out{enqueue(std::move(request)), std::nullopt, broker_id()};
+    const std::uint64_t batch = persist();
+    when_recorded(batch, [out = std::move(out), done = std::move(done)](const Expected<void>& kept) mutable {
+      if (!kept) out.unrecorded = kept.error();
+      done(std::move(out));
+    });
+  }
+  virtual void cancel_routed(std::string_view cmd_id, std::function<void(CancelOutcome)> done) {
+    done(cancel(cmd_id));
+  }
+  // Answers whether a connection was closed, and whether the rig is known at all.
+  virtual void force_reconnect_routed(std::string_view rig_id, std::function<void(bool closed, bool known)> done) {
+    const bool closed = force_reconnect(rig_id);
+    done(closed, closed || rig(rig_id).has_value());
+  }
 };
 
 }  // namespace fleetlink::broker

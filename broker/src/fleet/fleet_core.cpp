@@ -29,6 +29,7 @@ bool FleetCore::ready() const {
 // the connection lifecycle
 
 void FleetCore::on_open(RigSession& s) {
+  s.serial = ++next_serial_;
   s.next = head_;
   if (head_) head_->prev = &s;
   head_ = &s;
@@ -60,6 +61,10 @@ void FleetCore::on_closed(RigSession& s) {
   const std::uint16_t peer_code =
       s.phase == SessionPhase::closing ? 0 : (s.peer_close_code ? s.peer_close_code : std::uint16_t{1006});
   unregister(s, "connection closed");
+  if (s.claiming) {
+    s.claiming = false;
+    claiming_.erase(s.serial);
+  }
   if (s.outbound.cancels) {
     // Not written: an open command's cancel is asked again by deliver_open; an
     // ended one's (timed out) is owed to the rig's next connection.
@@ -287,6 +292,7 @@ void FleetCore::sweep() {
     if (inventory_pass_) last_inventory_ms_ = now;
   }
   expire_deadlines();
+  if (!asks_.empty()) expire_asks();
   std::size_t budget = (connection_count_ + sweep_slices_ - 1) / sweep_slices_;
   while (sweep_cursor_ != nullptr && budget-- > 0) {
     RigSession* s = sweep_cursor_;
@@ -304,11 +310,15 @@ void FleetCore::sweep_one(RigSession& s, std::uint32_t now, bool refresh) {
     return;
   }
   if (s.phase != SessionPhase::live) return;
-  if (refresh) registry_.refresh(s, clock_.wall_ms());
+  if (refresh)
+    registry_.refresh(s, clock_.wall_ms(), [this, rig = s.rig_id, serial = s.serial](Expected<RefreshResult> r) {
+      refreshed(rig, serial, r);
+    });
   if (inventory_pass_ && s.registered) {
     RigRecord r = rig_record(s);
     r.last_seen_ms = s.last_seen_wall_ms ? s.last_seen_wall_ms : s.connected_at_ms;
     store_.put_rig(r);
+    if (mesh_ != nullptr) announce(s);
   }
   const unsigned before = s.keepalive.missed;
   const KeepaliveAction a = s.keepalive.tick(now, settings_.keepalive);
@@ -363,8 +373,11 @@ void FleetCore::check_drain_done() {
 // events
 
 void FleetCore::emit(EventType type, std::string_view rig_id, std::string_view cmd_id, std::string detail) {
-  if (!bus_.wants(type, cmd_id)) return;  // nobody listens: build nothing
-  bus_.emit(FleetEvent{type, std::string(rig_id), std::string(cmd_id), std::move(detail), clock_.wall_ms()});
+  const bool relayed = mesh_ != nullptr && mesh_->up();  // every broker's event stream shows it
+  if (!relayed && !bus_.wants(type, cmd_id)) return;     // nobody listens: build nothing
+  FleetEvent event{type, std::string(rig_id), std::string(cmd_id), std::move(detail), clock_.wall_ms()};
+  if (relayed) relay(event);
+  bus_.emit(event);
 }
 
 // ---------------------------------------------------------------------------------
@@ -375,6 +388,7 @@ RigView FleetCore::view_of(const RigSession& s) const {
   r.rig_id = s.rig_id;
   r.state = drain_.active ? "draining" : s.keepalive.missed > 0 ? "unresponsive" : "connected";
   r.connected = true;
+  r.broker_id = settings_.broker_id;
   r.boot_id = s.boot_id.to_string();
   if (s.agent_version) r.agent_version = *s.agent_version;
   if (s.labels) r.labels = StringMap(s.labels->begin(), s.labels->end());
@@ -423,7 +437,10 @@ std::vector<RigView> FleetCore::rigs() const {
   std::vector<RigView> out;
   out.reserve(registry_.size() + offline_.size());
   registry_.for_each([&](const RigSession& s) { out.push_back(view_of(s)); });
-  for (const auto& [id, r] : offline_) out.push_back(view_of(r));
+  for (const auto& [id, r] : remote_)
+    if (!registry_.find(id)) out.push_back(remote_view(r.record));
+  for (const auto& [id, r] : offline_)
+    if (!remote_.contains(id)) out.push_back(view_of(r));
   std::sort(out.begin(), out.end(), [](const RigView& a, const RigView& b) { return a.rig_id < b.rig_id; });
   return out;
 }
@@ -431,11 +448,15 @@ std::vector<RigView> FleetCore::rigs() const {
 void FleetCore::visit_rig_labels(const RigLabelsVisitor& visit) const {
   static const LabelList kNoLabels;
   registry_.for_each([&](const RigSession& s) { visit(s.rig_id, s.labels ? *s.labels : kNoLabels); });
-  for (const auto& [id, r] : offline_) visit(id, LabelList(r.labels.begin(), r.labels.end()));
+  for (const auto& [id, r] : remote_)
+    if (!registry_.find(id)) visit(id, LabelList(r.record.labels.begin(), r.record.labels.end()));
+  for (const auto& [id, r] : offline_)
+    if (!remote_.contains(id)) visit(id, LabelList(r.labels.begin(), r.labels.end()));
 }
 
 std::optional<RigView> FleetCore::rig(std::string_view rig_id) const {
   if (const RigSession* s = registry_.find(rig_id)) return view_of(*s);
+  if (const auto it = remote_.find(rig_id); it != remote_.end()) return remote_view(it->second.record);
   if (const auto it = offline_.find(rig_id); it != offline_.end()) return view_of(it->second);
   return std::nullopt;
 }

@@ -17,6 +17,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <span>
@@ -24,6 +25,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "fleet/broker_mesh.hpp"
 #include "fleet/clock.hpp"
 #include "fleet/command_table.hpp"
 #include "fleet/drain.hpp"
@@ -65,6 +67,9 @@ struct FleetSettings {
   std::uint32_t store_commit_interval_ms = 20;
   // The inventory's last_seen of connected rigs is written this often.
   std::uint32_t inventory_refresh_ms = 60000;
+  // Several brokers: another broker's answer to a routed command, cancel or
+  // force-reconnect is awaited this long.
+  std::uint32_t mesh_answer_ms = 3000;
 };
 
 // A frame for the transport to write.
@@ -152,8 +157,53 @@ class FleetCore final : public Fleet {
   bool ready() const override;
   std::string broker_id() const override { return settings_.broker_id; }
   EventBus& events() override { return bus_; }
+  bool routes_elsewhere(std::string_view rig_id) const override;
+  bool cancel_routes_elsewhere(std::string_view cmd_id) const override;
+  void enqueue_routed(CommandRequest request, std::function<void(RoutedOutcome)> done) override;
+  void cancel_routed(std::string_view cmd_id, std::function<void(CancelOutcome)> done) override;
+  void force_reconnect_routed(std::string_view rig_id, std::function<void(bool closed, bool known)> done) override;
+
+  // ---- several brokers (fleet_mesh.cpp) ----
+  // The mesh to the other brokers (null: a single broker). Set before the loop runs.
+  void set_mesh(BrokerMesh* mesh) noexcept { mesh_ = mesh; }
+  // A note from another broker (the mesh's listener, on the loop).
+  void on_mesh(const MeshNote& note);
+  // The registry is reachable again: every live rig's entry is written again
+  // (a refresh restores a missing key; one that names another owner closes 4410).
+  void registry_recovered();
+  // Asks of other brokers still waiting for answers.
+  std::size_t mesh_asks() const noexcept { return asks_.size(); }
 
  private:
+  // ---- HELLO (handle_hello.cpp) ----
+  struct PendingHello;
+  void claim_answered(std::uint32_t serial, const std::shared_ptr<PendingHello>& p, Expected<ClaimResult> r,
+                      bool forced);
+  void retry_claim(std::uint32_t serial, const std::shared_ptr<PendingHello>& p);
+  void refuse_hello(RigSession& s, PendingHello& p);
+  void admit(RigSession& s, PendingHello& p);
+  void probe(RigSession& s);
+  RigSession* claiming_session(std::uint32_t serial) const;
+  // The registry's answer to a session's refresh.
+  void refreshed(const std::string& rig_id, std::uint32_t serial, const Expected<RefreshResult>& r);
+
+  // ---- the mesh (fleet_mesh.cpp) ----
+  struct MeshAsk {
+    MeshKind answer = MeshKind::command_answer;
+    std::uint64_t deadline_ms = 0;   // wall clock
+    std::size_t answers_due = 1;     // a broadcast: every other broker answers
+    std::function<void(const MeshNote* answer)> done;  // null: nobody held it, or no answer in time
+  };
+  std::uint64_t start_ask(MeshKind answer, std::function<void(const MeshNote*)> done);
+  void settle_ask(std::uint64_t ask, const MeshNote* answer);
+  void expire_asks();
+  void answer_note(const MeshNote& asked, MeshNote answer);
+  void enqueue_here(CommandRequest request, std::function<void(RoutedOutcome)> done);
+  void relay(const FleetEvent& event);
+  void announce(const RigSession& s);  // rig_seen to every broker
+  void heard_of(const MeshNote& note);  // rig_seen, rig_connected/disconnected from another broker
+  RigView remote_view(const RigRecord& r) const;
+
   // One per inbound message kind (handle_*.cpp).
   void on_frame(RigSession& s, std::span<const std::uint8_t> frame);
   void on_hello(RigSession& s, msg::Hello hello);
@@ -257,6 +307,20 @@ class FleetCore final : public Fleet {
   // next WELCOME to this broker, so that it stops what it may still be running.
   // Kept in memory only: a broker restart forgets them (docs/OPERATIONS.md 9).
   std::unordered_map<std::string, std::vector<std::string>> owed_cancels_;
+
+  // Several brokers.
+  BrokerMesh* mesh_ = nullptr;
+  std::unordered_map<std::uint32_t, RigSession*> claiming_;  // sessions whose claim is on its way, by serial
+  std::uint32_t next_serial_ = 0;
+  std::map<std::uint64_t, MeshAsk> asks_;
+  // Rigs other brokers hold (rig_seen), for the fleet view; forgotten at their
+  // disconnect, or when not announced again for a few inventory passes.
+  struct RemoteRig {
+    RigRecord record;
+    std::uint64_t heard_ms = 0;
+  };
+  std::unordered_map<std::string, RemoteRig, TransparentStringHash, std::equal_to<>> remote_;
+  std::uint64_t next_ask_ = 0;
 };
 
 }  // namespace fleetlink::broker

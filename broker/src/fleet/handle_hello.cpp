@@ -1,11 +1,27 @@
 // HELLO: the first frame of every connection. Decides (hello_policy) whether the
 // connection becomes the rig's, supersedes a stale one, or is refused; then
-// claims the rig fleet-wide (RegistryBackend) and WELCOMEs it.
+// claims the rig fleet-wide (RegistryBackend) and WELCOMEs it. The claim may be
+// answered later (Redis): until then the session is `claiming`, and whatever
+// happened meanwhile (it closed, another connection of the rig was admitted)
+// is looked at again when the answer comes.
 #include "fleet/fleet_core.hpp"
 
 namespace fleetlink::broker {
 
+// What a HELLO waiting for its claim carries to the answer.
+struct FleetCore::PendingHello {
+  msg::Hello hello;
+  HelloDecision decision;
+  std::string previous_boot;  // the boot of the connection it superseded here, if any
+  std::string peer;
+  std::string subject;
+};
+
 void FleetCore::on_hello(RigSession& s, msg::Hello hello) {
+  if (s.claiming) {
+    close_session(s, CloseCode::malformed, "a second HELLO before the WELCOME");
+    return;
+  }
   std::optional<CertIdentity> identity;
   if (s.authenticated) {
     identity = transport_.peer_identity(s);
@@ -21,31 +37,133 @@ void FleetCore::on_hello(RigSession& s, msg::Hello hello) {
     observer_.superseding(*old, hello, d.reason);
     close_session(*old, CloseCode::superseded, "superseded by a newer connection");
   }
-  if (d.verdict == HelloVerdict::accept || d.verdict == HelloVerdict::supersede_existing) {
-    const ClaimOutcome claim =
-        registry_.claim(hello, d.verdict == HelloVerdict::supersede_existing, clock_.wall_ms());
-    if (claim == ClaimOutcome::lost) d = {HelloVerdict::reject_duplicate, "rig is live elsewhere with a newer boot"};
-  }
-  const std::string peer = transport_.peer_address(s);
-  const std::string subject = identity ? identity->subject : "(plain)";
-  observer_.hello(s, hello, d, peer, subject);
-  if (d.verdict != HelloVerdict::accept && d.verdict != HelloVerdict::supersede_existing) {
-    if (d.verdict == HelloVerdict::reject_duplicate && old && old->phase == SessionPhase::live && existing &&
-        existing->boot_id == hello.boot_id && !old->outbound.ping) {
-      // The same agent process says it reconnected: its old socket is probably
-      // half-open. Probe it now instead of waiting for the next ping.
-      observer_.probing(*old);
-      old->outbound.ping = true;
-      old->keepalive.ping_sent(clock_.mono_ms(), settings_.keepalive);
-      transport_.write_soon(*old);
-    }
-    close_session(s, close_code_for(d.verdict), d.reason);
+  auto pending = std::make_shared<PendingHello>(
+      PendingHello{std::move(hello), std::move(d), existing ? existing->boot_id : std::string(),
+                   transport_.peer_address(s), identity ? identity->subject : "(plain)"});
+  const HelloVerdict verdict = pending->decision.verdict;
+  if (verdict != HelloVerdict::accept && verdict != HelloVerdict::supersede_existing) {
+    if (verdict == HelloVerdict::reject_duplicate && old && old->phase == SessionPhase::live && existing &&
+        existing->boot_id == pending->hello.boot_id)
+      probe(*old);  // the same agent process says it reconnected: its old socket is probably half-open
+    refuse_hello(s, *pending);
     return;
   }
-  const std::string boot_id = hello.boot_id;
-  registry_.add(s, std::move(hello));
+  s.claiming = true;
+  claiming_.emplace(s.serial, &s);
+  const std::uint32_t serial = s.serial;
+  registry_.claim(pending->hello, verdict == HelloVerdict::supersede_existing, clock_.wall_ms(),
+                  [this, serial, pending](Expected<ClaimResult> r) { claim_answered(serial, pending, std::move(r), false); });
+}
+
+void FleetCore::probe(RigSession& s) {
+  if (s.phase != SessionPhase::live || s.outbound.ping) return;
+  // Probe it now instead of waiting for the next ping: no pong in time closes it (4002).
+  observer_.probing(s);
+  s.outbound.ping = true;
+  s.keepalive.ping_sent(clock_.mono_ms(), settings_.keepalive);
+  transport_.write_soon(s);
+}
+
+RigSession* FleetCore::claiming_session(std::uint32_t serial) const {
+  const auto it = claiming_.find(serial);
+  return it == claiming_.end() ? nullptr : it->second;
+}
+
+void FleetCore::claim_answered(std::uint32_t serial, const std::shared_ptr<PendingHello>& p,
+                               Expected<ClaimResult> r, bool forced) {
+  RigSession* s = claiming_session(serial);
+  const std::string& rig_id = p->hello.rig_id;
+  if (s == nullptr) {
+    // The connection went meanwhile: the entry it won is nobody's.
+    if (r && r->outcome != ClaimOutcome::lost) registry_.release_stale(rig_id, p->hello.boot_id);
+    return;
+  }
+  if (!r) {
+    // The registry cannot be reached: the rig is served here, and its entry is
+    // written when the registry is back (registry_recovered()).
+    observer_.registry_unavailable(rig_id, r.error().detail);
+    admit(*s, *p);
+    return;
+  }
+  const std::optional<RegistryEntry>& other = r->before;
+  const bool elsewhere = other && other->broker_id != settings_.broker_id;
+  if (r->outcome == ClaimOutcome::lost) {
+    if (!forced && other && !elsewhere && registry_.find(rig_id) == nullptr) {
+      // This broker's own entry without a connection here: left by an earlier
+      // process with the same broker id (its TTL has not run out). Take it.
+      retry_claim(serial, p);
+      return;
+    }
+    if (!forced && elsewhere && mesh_ != nullptr) {
+      // Live on another broker: it is asked to probe that connection (no pong
+      // closes it and frees the rig). A broker nobody listens for is gone: the
+      // rig is this one's at once.
+      MeshNote note;
+      note.kind = MeshKind::probe;
+      note.from = settings_.broker_id;
+      note.rig_id = rig_id;
+      note.boot_id = other->boot_id;
+      const std::string owner = other->broker_id;
+      mesh_->send(owner, note, [this, serial, p, owner](Expected<std::size_t> listeners) {
+        RigSession* again = claiming_session(serial);
+        if (again == nullptr) return;
+        if (listeners && *listeners == 0) {
+          observer_.owner_gone(p->hello.rig_id, owner);
+          retry_claim(serial, p);
+          return;
+        }
+        p->decision = {HelloVerdict::reject_duplicate, "rig is live on broker " + owner + " (asked to probe it)"};
+        refuse_hello(*again, *p);
+      });
+      return;
+    }
+    p->decision = {HelloVerdict::reject_duplicate,
+                   elsewhere ? "rig is live on broker " + other->broker_id : "rig is live elsewhere with a newer boot"};
+    refuse_hello(*s, *p);
+    return;
+  }
+  if (r->outcome == ClaimOutcome::superseded && elsewhere && mesh_ != nullptr) {
+    // Its broker would learn it at its next refresh; told now, it closes at once.
+    MeshNote note;
+    note.kind = MeshKind::superseded;
+    note.from = settings_.broker_id;
+    note.rig_id = rig_id;
+    note.boot_id = other->boot_id;
+    mesh_->send(other->broker_id, note, [](Expected<std::size_t>) {});
+  }
+  admit(*s, *p);
+}
+
+void FleetCore::retry_claim(std::uint32_t serial, const std::shared_ptr<PendingHello>& p) {
+  registry_.claim(p->hello, true, clock_.wall_ms(),
+                  [this, serial, p](Expected<ClaimResult> r) { claim_answered(serial, p, std::move(r), true); });
+}
+
+void FleetCore::refuse_hello(RigSession& s, PendingHello& p) {
+  if (s.claiming) {
+    s.claiming = false;
+    claiming_.erase(s.serial);
+  }
+  observer_.hello(s, p.hello, p.decision, p.peer, p.subject);
+  close_session(s, close_code_for(p.decision.verdict), p.decision.reason);
+}
+
+void FleetCore::admit(RigSession& s, PendingHello& p) {
+  if (s.claiming) {
+    s.claiming = false;
+    claiming_.erase(s.serial);
+  }
+  if (RigSession* other = registry_.find(p.hello.rig_id); other != nullptr && other != &s) {
+    // Another connection of the rig was admitted here while this one's claim was on its way.
+    p.decision = {HelloVerdict::reject_duplicate, "rig is already connected"};
+    refuse_hello(s, p);
+    return;
+  }
+  observer_.hello(s, p.hello, p.decision, p.peer, p.subject);
+  const std::string boot_id = p.hello.boot_id;
+  registry_.add(s, std::move(p.hello));
   // The boot the rig had before (its superseded connection, or the inventory), if another.
-  std::string previous = existing ? existing->boot_id : std::string();
+  std::string previous = p.previous_boot;
   if (const auto seen = offline_.find(s.rig_id); previous.empty() && seen != offline_.end())
     previous = seen->second.boot_id;
   if (previous != boot_id) s.previous_boot_id = parse_uuid(previous).value_or(Uuid{});
@@ -66,6 +184,7 @@ void FleetCore::on_hello(RigSession& s, msg::Hello hello) {
   } else {
     store_.put_rig(now_known);
   }
+  if (mesh_ != nullptr) announce(s);
   emit(EventType::rig_connected, s.rig_id, {}, boot_id);
   // WELCOME goes first (outbound.hpp), then what waits for the rig.
   deliver_open(s);

@@ -50,6 +50,11 @@ class FleetObserver {
   virtual void superseding(const RigSession& /*old*/, const msg::Hello& /*hello*/, std::string_view /*why*/) {}
   // The same agent process says it reconnected: its old socket is probed now.
   virtual void probing(const RigSession& /*old*/) {}
+  // Several brokers (a shared registry): its trouble, and what the others said.
+  virtual void registry_unavailable(std::string_view /*rig_id*/, std::string_view /*why*/) {}
+  virtual void owner_gone(std::string_view /*rig_id*/, std::string_view /*broker_id*/) {}
+  virtual void superseded_elsewhere(const RigSession& /*s*/, std::string_view /*owner*/) {}
+  virtual void mesh_note(std::string_view /*kind*/, std::string_view /*from*/) {}
   virtual void rig_registered(const RigSession& /*s*/) {}
   virtual void rig_unregistered(const RigSession& /*s*/) {}
 

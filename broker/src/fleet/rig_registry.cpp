@@ -33,8 +33,16 @@ void RigRegistry::for_each(const std::function<void(const RigSession&)>& visit) 
   for (const auto& [id, s] : rigs_) visit(*s);
 }
 
-ClaimOutcome RigRegistry::claim(const msg::Hello& hello, bool force, std::uint64_t now_ms) {
-  return backend_.claim(hello.rig_id, hello.boot_id, broker_id_, force, now_ms);
+void RigRegistry::claim(const msg::Hello& hello, bool force, std::uint64_t now_ms, RegistryBackend::ClaimDone done) {
+  backend_.claim(hello.rig_id, hello.boot_id, broker_id_, force, now_ms, std::move(done));
+}
+
+void RigRegistry::lookup(std::string_view rig_id, std::uint64_t now_ms, RegistryBackend::LookupDone done) {
+  backend_.lookup(rig_id, now_ms, std::move(done));
+}
+
+void RigRegistry::release_stale(std::string_view rig_id, std::string_view boot_id) {
+  backend_.release(rig_id, boot_id, broker_id_);
 }
 
 void RigRegistry::add(RigSession& s, msg::Hello&& hello) {
@@ -61,8 +69,8 @@ bool RigRegistry::remove(RigSession& s) {
   return true;
 }
 
-void RigRegistry::refresh(const RigSession& s, std::uint64_t now_ms) {
-  if (s.registered) backend_.refresh(s.rig_id, s.boot_id.to_string(), broker_id_, now_ms);
+void RigRegistry::refresh(const RigSession& s, std::uint64_t now_ms, RegistryBackend::RefreshDone done) {
+  if (s.registered) backend_.refresh(s.rig_id, s.boot_id.to_string(), broker_id_, now_ms, std::move(done));
 }
 
 void RigRegistry::release_interned(RigSession& s) {

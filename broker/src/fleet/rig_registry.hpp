@@ -27,18 +27,28 @@ class RigRegistry {
   RigSession* find(std::string_view rig_id) const;
   std::size_t size() const noexcept { return rigs_.size(); }
   bool backend_up() const { return backend_.up(); }
+  // Other brokers share the registry: a rig not here may be connected to one of them.
+  bool shared() const noexcept { return backend_.shared(); }
+  std::string_view backend_name() const noexcept { return backend_.name(); }
+  const std::string& broker_id() const noexcept { return broker_id_; }
   // Every registered session, in no particular order.
   void for_each(const std::function<void(const RigSession&)>& visit) const;
 
   // The fleet-wide claim for a HELLO; `force` when this broker already decided to
   // supersede its own stale connection for the rig.
-  ClaimOutcome claim(const msg::Hello& hello, bool force, std::uint64_t now_ms);
+  // The answer may come later (Redis): the session may be gone by then.
+  void claim(const msg::Hello& hello, bool force, std::uint64_t now_ms, RegistryBackend::ClaimDone done);
   // Registers s as the rig's connection with the HELLO's facts (moved from).
   void add(RigSession& s, msg::Hello&& hello);
   // Forgets s if it is registered, releasing its fleet-wide claim. False if it was not.
   bool remove(RigSession& s);
   // Extends the fleet-wide claim of a registered session.
-  void refresh(const RigSession& s, std::uint64_t now_ms);
+  void refresh(const RigSession& s, std::uint64_t now_ms, RegistryBackend::RefreshDone done);
+  // Who owns the rig fleet-wide (this broker, another, or nobody).
+  void lookup(std::string_view rig_id, std::uint64_t now_ms, RegistryBackend::LookupDone done);
+  // Drops a fleet-wide entry this broker owns without a session for it (a stale
+  // one: another broker asked to probe a connection this broker does not have).
+  void release_stale(std::string_view rig_id, std::string_view boot_id);
   // Drops s's references to interned values (when the session is destroyed).
   void release_interned(RigSession& s);
 

@@ -68,6 +68,8 @@ struct RigSession {
   SessionPhase phase = SessionPhase::awaiting_hello;
   bool authenticated;                // TLS with a client certificate: the HELLO's rig_id is checked against it
   bool registered = false;           // owns the rig's entry in the registry
+  bool claiming = false;             // its HELLO's fleet-wide claim is on its way (Redis)
+  std::uint32_t serial = 0;          // this broker's number for the connection: answers that come later find it by it
   bool rx_paused = false;            // reading stopped by the inbound rate limit
   OutboundFlags outbound;
 };

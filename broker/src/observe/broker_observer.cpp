@@ -87,6 +87,21 @@ void BrokerObserver::superseding(const RigSession& old, const msg::Hello& hello,
           hello.boot_id.c_str(), text(why).c_str());
 }
 
+void BrokerObserver::registry_unavailable(std::string_view rig_id, std::string_view why) {
+  FL_WARN("rig=%.*s registry unavailable (%.*s): served here, registered when it is back",
+          static_cast<int>(rig_id.size()), rig_id.data(), static_cast<int>(why.size()), why.data());
+}
+
+void BrokerObserver::owner_gone(std::string_view rig_id, std::string_view broker_id) {
+  FL_INFO("rig=%.*s its registry entry names broker %.*s, which is gone: taking the rig over",
+          static_cast<int>(rig_id.size()), rig_id.data(), static_cast<int>(broker_id.size()), broker_id.data());
+}
+
+void BrokerObserver::superseded_elsewhere(const RigSession& s, std::string_view owner) {
+  FL_INFO("rig=%s the registry names another owner (%.*s): closing this connection 4410", rig_of(s),
+          static_cast<int>(owner.size()), owner.data());
+}
+
 void BrokerObserver::probing(const RigSession& old) {
   FL_INFO("rig=%s same boot_id reconnected: probing its old connection now", rig_of(old));
 }

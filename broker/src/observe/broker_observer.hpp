@@ -32,6 +32,9 @@ class BrokerObserver final : public FleetObserver {
              std::string_view subject) override;
   void superseding(const RigSession& old, const msg::Hello& hello, std::string_view why) override;
   void probing(const RigSession& old) override;
+  void registry_unavailable(std::string_view rig_id, std::string_view why) override;
+  void owner_gone(std::string_view rig_id, std::string_view broker_id) override;
+  void superseded_elsewhere(const RigSession& s, std::string_view owner) override;
   void rig_registered(const RigSession& s) override;
   void rig_unregistered(const RigSession& s) override;
   void pong_missed(const RigSession& s, unsigned missed, unsigned max_missed) override;

@@ -64,7 +64,7 @@ void RedisRegistry::evalsha(std::vector<std::string> argv, bool may_reload, Text
 }
 
 void RedisRegistry::claim(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id, bool force,
-                          std::function<void(Expected<ClaimReply>)> done) {
+                          std::uint64_t /*now_ms*/, ClaimDone done) {
   run(rig_id, "hello", boot_id, broker_id, force, [done = std::move(done)](Expected<std::string> text) {
     if (!text) return done(text.error());
     done(parse_claim_reply(*text));
@@ -72,22 +72,26 @@ void RedisRegistry::claim(std::string_view rig_id, std::string_view boot_id, std
 }
 
 void RedisRegistry::refresh(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id,
-                            std::function<void(Expected<RefreshReply>)> done) {
+                            std::uint64_t /*now_ms*/, RefreshDone done) {
   run(rig_id, "refresh", boot_id, broker_id, false, [done = std::move(done)](Expected<std::string> text) {
     if (!text) return done(text.error());
     done(parse_refresh_reply(*text));
   });
 }
 
-void RedisRegistry::release(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id,
-                            std::function<void(Expected<bool>)> done) {
+void RedisRegistry::release(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id) {
+  release_then(rig_id, boot_id, broker_id, [](Expected<bool>) {});
+}
+
+void RedisRegistry::release_then(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id,
+                                 std::function<void(Expected<bool>)> done) {
   run(rig_id, "release", boot_id, broker_id, false, [done = std::move(done)](Expected<std::string> text) {
     if (!text) return done(text.error());
     done(parse_release_reply(*text));
   });
 }
 
-void RedisRegistry::lookup(std::string_view rig_id, std::function<void(Expected<std::optional<RegistryEntry>>)> done) {
+void RedisRegistry::lookup(std::string_view rig_id, std::uint64_t /*now_ms*/, LookupDone done) {
   connection_.command({"GET", key_of(rig_id)}, [done = std::move(done)](Expected<Reply> r) {
     if (!r) return done(r.error());
     if (r->type == Reply::Type::nil) return done(std::optional<RegistryEntry>{});

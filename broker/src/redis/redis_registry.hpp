@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "fleetlink/expected.hpp"
+#include "store/registry_backend.hpp"
 #include "redis/redis_connection.hpp"
 #include "redis/registry_script.hpp"
 
@@ -25,22 +26,27 @@ struct RegistryOptions {
   std::chrono::milliseconds ttl{60'000};
 };
 
-class RedisRegistry {
+class RedisRegistry final : public RegistryBackend {
  public:
   RedisRegistry(RedisConnection& connection, RegistryOptions options = {});
 
-  bool up() const noexcept { return connection_.up(); }
+  std::string_view name() const noexcept override { return "redis"; }
+  bool up() const override { return connection_.up(); }
+  bool shared() const noexcept override { return true; }
   std::string key_of(std::string_view rig_id) const;
   // How often the script was loaded (the first time, and after each NOSCRIPT).
   std::uint64_t script_loads() const noexcept { return loads_; }
 
+  // now_ms is unused: Redis keeps the time (the key's TTL).
   void claim(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id, bool force,
-             std::function<void(Expected<ClaimReply>)> done);
-  void refresh(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id,
-               std::function<void(Expected<RefreshReply>)> done);
-  void release(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id,
-               std::function<void(Expected<bool>)> done);
-  void lookup(std::string_view rig_id, std::function<void(Expected<std::optional<RegistryEntry>>)> done);
+             std::uint64_t now_ms, ClaimDone done) override;
+  void refresh(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id, std::uint64_t now_ms,
+               RefreshDone done) override;
+  void release(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id) override;
+  void lookup(std::string_view rig_id, std::uint64_t now_ms, LookupDone done) override;
+  // release() with its answer (true: the key was ours and is gone).
+  void release_then(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id,
+                    std::function<void(Expected<bool>)> done);
 
  private:
   using TextCallback = std::function<void(Expected<std::string>)>;

@@ -43,15 +43,6 @@ end
 return redis.error_reply('fleetlink registry script: unknown op ' .. tostring(op))
 )lua";
 
-const char* to_string(RefreshOutcome r) noexcept {
-  switch (r) {
-    case RefreshOutcome::extended: return "extended";
-    case RefreshOutcome::restored: return "restored";
-    case RefreshOutcome::superseded: return "superseded";
-  }
-  return "unknown";
-}
-
 std::optional<RegistryEntry> parse_entry(std::string_view value) {
   const std::size_t sep = value.find('|');
   if (sep == std::string_view::npos) return std::nullopt;

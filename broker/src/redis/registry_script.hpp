@@ -30,22 +30,9 @@ namespace fleetlink::broker::redis {
 // Answers "<outcome>|<the value the key held before, if it matters>".
 extern const char* const kRegistryScript;
 
-enum class RefreshOutcome : std::uint8_t {
-  extended,    // still the owner: TTL extended
-  restored,    // the key had gone: written again for this owner
-  superseded,  // another (boot_id, broker) owns the rig: drop this connection
-};
-const char* to_string(RefreshOutcome r) noexcept;
-
-struct ClaimReply {
-  ClaimOutcome outcome = ClaimOutcome::lost;
-  std::optional<RegistryEntry> before;  // the owner before (superseded), or the one that kept it (lost)
-};
-
-struct RefreshReply {
-  RefreshOutcome outcome = RefreshOutcome::superseded;
-  std::optional<RegistryEntry> owner;  // superseded: who owns it now
-};
+// The script's answers, as the registry interface gives them.
+using ClaimReply = ClaimResult;
+using RefreshReply = RefreshResult;
 
 // "<boot_id>|<broker_id>" (nullopt if there is no '|').
 std::optional<RegistryEntry> parse_entry(std::string_view value);

@@ -14,13 +14,22 @@ namespace fleetlink::broker {
 class EmbeddedRegistry final : public RegistryBackend {
  public:
   explicit EmbeddedRegistry(std::uint64_t ttl_ms = 60000) : ttl_ms_(ttl_ms) {}
+  std::string_view name() const noexcept override { return "embedded"; }
   bool up() const override { return true; }
-  ClaimOutcome claim(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id,
-                     bool force, std::uint64_t now_ms) override;
-  bool refresh(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id,
-               std::uint64_t now_ms) override;
+  bool shared() const noexcept override { return false; }
+  void claim(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id, bool force,
+             std::uint64_t now_ms, ClaimDone done) override;
+  void refresh(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id, std::uint64_t now_ms,
+               RefreshDone done) override;
   void release(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id) override;
-  std::optional<RegistryEntry> lookup(std::string_view rig_id, std::uint64_t now_ms) const override;
+  void lookup(std::string_view rig_id, std::uint64_t now_ms, LookupDone done) override;
+
+  // The same, answered as values (the embedded registry never waits).
+  ClaimResult claim_now(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id, bool force,
+                        std::uint64_t now_ms);
+  RefreshResult refresh_now(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id,
+                            std::uint64_t now_ms);
+  std::optional<RegistryEntry> lookup_now(std::string_view rig_id, std::uint64_t now_ms) const;
   std::size_t size() const noexcept { return entries_.size(); }
 
  private:

@@ -79,18 +79,33 @@ TEST_CASE("drain spread: every slot of the window gets exactly one rig") {
 
 TEST_CASE("embedded registry: newer boot wins, exact owner refreshes, TTL expires") {
   EmbeddedRegistry r(1000);
-  CHECK(r.claim("rig", "b1", "brokerA", false, 0) == ClaimOutcome::won);
-  CHECK(r.claim("rig", "b1", "brokerA", false, 10) == ClaimOutcome::won);
-  CHECK(r.claim("rig", "b0", "brokerB", false, 10) == ClaimOutcome::lost);
-  CHECK(r.claim("rig", "b2", "brokerB", false, 10) == ClaimOutcome::superseded);
-  CHECK_FALSE(r.refresh("rig", "b1", "brokerA", 20));
-  CHECK(r.refresh("rig", "b2", "brokerB", 20));
+  CHECK(r.claim_now("rig", "b1", "brokerA", false, 0).outcome == ClaimOutcome::won);
+  CHECK(r.claim_now("rig", "b1", "brokerA", false, 10).outcome == ClaimOutcome::won);
+  const ClaimResult lost = r.claim_now("rig", "b0", "brokerB", false, 10);
+  CHECK(lost.outcome == ClaimOutcome::lost);
+  CHECK(lost.before == RegistryEntry{"b1", "brokerA"});
+  const ClaimResult taken = r.claim_now("rig", "b2", "brokerB", false, 10);
+  CHECK(taken.outcome == ClaimOutcome::superseded);
+  CHECK(taken.before == RegistryEntry{"b1", "brokerA"});
+  const RefreshResult stale = r.refresh_now("rig", "b1", "brokerA", 20);
+  CHECK(stale.outcome == RefreshOutcome::superseded);
+  CHECK(stale.owner == RegistryEntry{"b2", "brokerB"});
+  CHECK(r.refresh_now("rig", "b2", "brokerB", 20).outcome == RefreshOutcome::extended);
   r.release("rig", "b1", "brokerA");  // not the owner: no effect
-  CHECK(r.lookup("rig", 30).has_value());
-  CHECK_FALSE(r.lookup("rig", 2000).has_value());
-  CHECK(r.claim("rig", "b0", "brokerA", false, 2000) == ClaimOutcome::superseded);  // expired
+  CHECK(r.lookup_now("rig", 30).has_value());
+  CHECK_FALSE(r.lookup_now("rig", 2000).has_value());
+  CHECK(r.claim_now("rig", "b0", "brokerA", false, 2000).outcome == ClaimOutcome::superseded);  // expired
   r.release("rig", "b0", "brokerA");
   CHECK(r.size() == 0);
+  // A refresh for an entry that went (a registry restarted empty) writes it again.
+  CHECK(r.refresh_now("rig", "b3", "brokerA", 3000).outcome == RefreshOutcome::restored);
+  CHECK(r.lookup_now("rig", 3001) == RegistryEntry{"b3", "brokerA"});
+  // The callback forms answer before they return.
+  bool answered = false;
+  r.claim("rig", "b3", "brokerA", false, 3002, [&](fleetlink::Expected<ClaimResult> c) {
+    answered = c && c->outcome == ClaimOutcome::won;
+  });
+  CHECK(answered);
 }
 
 #include "fleet/rate_limiter.hpp"

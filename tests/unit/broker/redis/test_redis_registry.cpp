@@ -73,25 +73,25 @@ struct Fixture {
   Expected<ClaimReply> claim(const std::string& rig, const std::string& boot, const std::string& broker,
                              bool force = false) {
     std::optional<Expected<ClaimReply>> out;
-    reg->claim(rig, boot, broker, force, [&](Expected<ClaimReply> r) { out = std::move(r); });
+    reg->claim(rig, boot, broker, force, 0, [&](Expected<ClaimReply> r) { out = std::move(r); });
     REQUIRE(loop.run_until([&] { return out.has_value(); }));
     return std::move(*out);
   }
   Expected<RefreshReply> refresh(const std::string& rig, const std::string& boot, const std::string& broker) {
     std::optional<Expected<RefreshReply>> out;
-    reg->refresh(rig, boot, broker, [&](Expected<RefreshReply> r) { out = std::move(r); });
+    reg->refresh(rig, boot, broker, 0, [&](Expected<RefreshReply> r) { out = std::move(r); });
     REQUIRE(loop.run_until([&] { return out.has_value(); }));
     return std::move(*out);
   }
   Expected<bool> release(const std::string& rig, const std::string& boot, const std::string& broker) {
     std::optional<Expected<bool>> out;
-    reg->release(rig, boot, broker, [&](Expected<bool> r) { out = std::move(r); });
+    reg->release_then(rig, boot, broker, [&](Expected<bool> r) { out = std::move(r); });
     REQUIRE(loop.run_until([&] { return out.has_value(); }));
     return std::move(*out);
   }
   std::optional<RegistryEntry> lookup(const std::string& rig) {
     std::optional<Expected<std::optional<RegistryEntry>>> out;
-    reg->lookup(rig, [&](Expected<std::optional<RegistryEntry>> r) { out = std::move(r); });
+    reg->lookup(rig, 0, [&](Expected<std::optional<RegistryEntry>> r) { out = std::move(r); });
     REQUIRE(loop.run_until([&] { return out.has_value(); }));
     REQUIRE(out->has_value());
     return **out;
@@ -229,7 +229,7 @@ TEST_CASE("redis registry: Redis away -- every call answers an Error at once; ba
   f.server.stop();
   REQUIRE(f.loop.run_until([&] { return !f.conn->up(); }));
   bool answered = false;
-  f.reg->claim("rig-6", kBootNew, "broker-a", false, [&](Expected<ClaimReply> r) {
+  f.reg->claim("rig-6", kBootNew, "broker-a", false, 0, [&](Expected<ClaimReply> r) {
     answered = true;
     CHECK_FALSE(r);
     CHECK(r.error().detail.find("not connected") != std::string::npos);
