@@ -39,6 +39,8 @@ FleetSettings fleet_settings(const BrokerConfig& cfg) {
   s.store_commit_interval_ms = cfg.store_commit_interval_ms;
   s.reconcile_grace_ms = cfg.reconcile_grace_ms;
   s.cancel_grace_ms = cfg.cancel_grace_ms;
+  s.registry_refresh_ms = cfg.registry_refresh_ms;
+  s.mesh_answer_ms = cfg.mesh_answer_ms;
   return s;
 }
 
@@ -61,9 +63,12 @@ std::uint64_t LoopClock::wall_ms() const { return log::wall_ms(); }
 
 BrokerApp::BrokerApp(BrokerConfig cfg, uv_loop_t* loop, BrokerMetrics& metrics,
                      std::unique_ptr<RegistryBackend> registry, std::unique_ptr<CommandStore> store)
-    : cfg_(std::move(cfg)), loop_(loop), metrics_(metrics), registry_(std::move(registry)), store_(std::move(store)),
-      clock_(loop), observer_(metrics, BrokerObserver::Limits{cfg_.rig_rate, cfg_.rig_burst}), rig_(observer_),
-      core_(fleet_settings(cfg_), rig_, observer_, clock_, *registry_, *store_, std::random_device{}()),
+    : cfg_(std::move(cfg)), loop_(loop), metrics_(metrics),
+      fabric_(cfg_.registry == "redis" ? std::make_unique<RedisFabric>(loop, cfg_) : nullptr),
+      registry_(fabric_ ? nullptr : std::move(registry)), store_(std::move(store)), clock_(loop),
+      observer_(metrics, BrokerObserver::Limits{cfg_.rig_rate, cfg_.rig_burst}), rig_(observer_),
+      core_(fleet_settings(cfg_), rig_, observer_, clock_, fabric_ ? fabric_->registry() : *registry_, *store_,
+            std::random_device{}()),
       gate_(loop, gate_settings(cfg_), observer_, [this] { return core_.draining(); }) {
   metrics_.store = store_.get();
   rig_.attach(core_, gate_);
@@ -100,6 +105,7 @@ Expected<void> BrokerApp::start() {
   auto jobs = core_.load();
   if (!jobs) return make_error(jobs.error().code, "command store (" + std::string(store_->name()) + "): " +
                                                      jobs.error().detail);
+  if (fabric_) fabric_->start(core_);
   int lws_levels = LLL_ERR | (log::enabled(log::Level::debug) ? LLL_WARN : 0);
   if (const char* env = std::getenv("FLEETLINK_LWS_LOG")) lws_levels = std::atoi(env);  // debugging lws itself
   lws_set_log_level(lws_levels, nullptr);
@@ -279,6 +285,12 @@ void BrokerApp::shutdown() {
     lws_context_destroy(c);
     // lws closes its libuv handles asynchronously on the foreign loop.
     for (int i = 0; i < 16 && uv_run(loop_, UV_RUN_NOWAIT); ++i) {
+    }
+  }
+  // Its connections go after the rigs' (whose closes release their entries).
+  if (fabric_) {
+    core_.set_mesh(nullptr);
+    for (int i = 0; i < 4 && uv_run(loop_, UV_RUN_NOWAIT); ++i) {
     }
   }
   // What the last turns and the closing connections changed (rigs' last_seen).

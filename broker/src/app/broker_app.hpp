@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "app/config.hpp"
+#include "app/redis_fabric.hpp"
 #include "fleet/clock.hpp"
 #include "fleet/fleet_core.hpp"
 #include "net/accept_gate.hpp"
@@ -37,6 +38,8 @@ class LoopClock final : public Clock {
 
 class BrokerApp {
  public:
+  // `registry` is used when the config says embedded; with --registry redis the
+  // broker makes its own (RedisFabric) and `registry` may be null.
   BrokerApp(BrokerConfig cfg, uv_loop_t* loop, BrokerMetrics& metrics, std::unique_ptr<RegistryBackend> registry,
             std::unique_ptr<CommandStore> store);
   ~BrokerApp();
@@ -53,6 +56,8 @@ class BrokerApp {
   // The exit code once the loop has stopped.
   int exit_code() const noexcept { return exit_code_; }
   Fleet& fleet() noexcept { return core_; }
+  // Several brokers: the Redis side (null: the embedded registry).
+  const RedisFabric* fabric() const noexcept { return fabric_.get(); }
 
  private:
   Expected<void> create_rig_vhosts();
@@ -63,6 +68,7 @@ class BrokerApp {
   BrokerConfig cfg_;
   uv_loop_t* loop_;
   BrokerMetrics& metrics_;
+  std::unique_ptr<RedisFabric> fabric_;  // --registry redis: the registry and the mesh
   std::unique_ptr<RegistryBackend> registry_;
   std::unique_ptr<CommandStore> store_;
   LoopClock clock_;

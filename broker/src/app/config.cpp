@@ -82,6 +82,23 @@ ParseOutcome parse_command_line(int argc, char** argv) {
       ->check(CLI::Range(1u, 3650u));
   app.add_option("--store-max-commands", cfg.store_max_commands, "at most this many commands kept")
       ->check(CLI::Range(std::uint64_t{1000}, std::uint64_t{1000000000}));
+  std::string redis;
+  app.add_option("--registry", cfg.registry,
+                 "who owns which rig: embedded (this broker alone) or redis (several brokers, one fleet)")
+      ->check(CLI::IsMember({"embedded", "redis"}))
+      ->capture_default_str();
+  app.add_option("--redis", redis, "Redis for --registry redis (host:port, default 127.0.0.1:6379)");
+  app.add_option("--redis-prefix", cfg.redis_prefix, "before every Redis key and channel (several fleets on one Redis)");
+  app.add_option("--registry-ttl-ms", cfg.registry_ttl_ms, "a rig's registry entry lives this long unless refreshed")
+      ->check(CLI::Range(3000u, 3600000u))
+      ->capture_default_str();
+  app.add_option("--registry-refresh-ms", cfg.registry_refresh_ms, "registry entries of connected rigs are refreshed this often")
+      ->check(CLI::Range(1000u, 3600000u))
+      ->capture_default_str();
+  app.add_option("--mesh-answer-ms", cfg.mesh_answer_ms,
+                 "another broker's answer to a routed command, cancel or reconnect is awaited this long")
+      ->check(CLI::Range(100u, 60000u))
+      ->capture_default_str();
   app.add_option("--reconcile-grace-ms", cfg.reconcile_grace_ms,
                  "a rig back with a new boot_id has this long to report its old boot's commands")
       ->check(CLI::Range(1u, 3600000u));
@@ -104,6 +121,11 @@ ParseOutcome parse_command_line(int argc, char** argv) {
     auto p = parse_host_port(plain_listen);
     if (!p) { std::cerr << "fleetlink-broker: --plain-listen: " << p.error().detail << "\n"; return 2; }
     cfg.plain_listen = *p;
+  }
+  if (!redis.empty()) {
+    auto r = parse_host_port(redis);
+    if (!r) { std::cerr << "fleetlink-broker: --redis: " << r.error().detail << "\n"; return 2; }
+    cfg.redis = *r;
   }
   if (!token_file.empty()) {
     std::ifstream in(token_file);
@@ -132,6 +154,10 @@ Expected<void> validate(const BrokerConfig& cfg) {
   if (cfg.retry_after_min_s > cfg.retry_after_max_s)
     return make_error(Errc::invalid_argument, "--retry-after-min-s is larger than --retry-after-max-s");
   if (cfg.outbox_capacity == 0) return make_error(Errc::invalid_argument, "--outbox-capacity must be at least 1");
+  if (cfg.registry_refresh_ms * 2 > cfg.registry_ttl_ms)
+    return make_error(Errc::invalid_argument,
+                      "--registry-refresh-ms must be at most half of --registry-ttl-ms (an entry would expire "
+                      "between two refreshes of a live rig)");
   return {};
 }
 

@@ -44,6 +44,13 @@ struct BrokerConfig {
   std::uint32_t store_commit_interval_ms = 20;
   std::uint32_t store_retention_days = 30;
   std::uint64_t store_max_commands = 1'000'000;
+  // Several brokers, one fleet (docs/OPERATIONS.md, "Several brokers").
+  std::string registry = "embedded";                 // embedded | redis
+  HostPort redis{"127.0.0.1", 6379};
+  std::string redis_prefix;                          // before every key and channel ("" : rig:<id>, broker:<id>, fleet)
+  std::uint32_t registry_ttl_ms = 60000;
+  std::uint32_t registry_refresh_ms = 10000;
+  std::uint32_t mesh_answer_ms = 3000;
   std::uint32_t reconcile_grace_ms = 30000;
   std::uint32_t cancel_grace_ms = 30000;
   bool strict = false;

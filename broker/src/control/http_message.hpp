@@ -56,6 +56,13 @@ struct HttpResponse {
   // the store cannot record it, `if_unrecorded` gives the answer instead.
   std::uint64_t after_record = 0;
   std::function<HttpResponse(const Error&)> if_unrecorded;
+  // Set: the answer comes later (several brokers: another broker's, through the
+  // mesh). The transport calls it once with a function to answer with, which
+  // the Fleet calls once, on the loop, within a bounded time (its mesh deadline);
+  // that answer may itself wait for a record or hold. The fields above are the
+  // answer should the control API shut down first.
+  using Answer = std::function<void(HttpResponse)>;
+  std::function<void(Fleet&, Answer)> deferred;
 };
 
 // Largest request body the control API reads; more is answered 413.

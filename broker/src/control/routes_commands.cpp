@@ -73,10 +73,10 @@ HttpResponse get_command(const RouteContext& ctx) {
 // A command not yet at its rig is cancelled at once (200); otherwise the rig is
 // sent CANCEL (now, or when it next connects) and the command ends with the
 // rig's answer (202: on its way, not done), or cancelled when none comes in time.
-HttpResponse post_command_cancel(const RouteContext& ctx) {
-  const std::string& cmd_id = ctx.params.get("cmd");
-  const CancelOutcome outcome = ctx.fleet.cancel(cmd_id);
-  const std::optional<CommandView> cmd = ctx.fleet.command(cmd_id);
+namespace {
+
+HttpResponse cancel_answer(const Fleet& fleet, const std::string& cmd_id, CancelOutcome outcome) {
+  const std::optional<CommandView> cmd = fleet.command(cmd_id);
   switch (outcome) {
     case CancelOutcome::unknown:
       return unknown_command(cmd_id);
@@ -97,6 +97,21 @@ HttpResponse post_command_cancel(const RouteContext& ctx) {
   return json_response(202, json{{"cmd_id", cmd_id},
                                  {"state", cmd ? to_string(cmd->state) : "unknown"},
                                  {"cancel_sent", true}});
+}
+
+}  // namespace
+
+HttpResponse post_command_cancel(const RouteContext& ctx) {
+  const std::string& cmd_id = ctx.params.get("cmd");
+  if (!ctx.fleet.cancel_routes_elsewhere(cmd_id)) return cancel_answer(ctx.fleet, cmd_id, ctx.fleet.cancel(cmd_id));
+  // Several brokers: whichever holds the command cancels it.
+  HttpResponse r = json_error(503, "shutting_down", "the broker is shutting down");
+  r.deferred = [cmd_id](Fleet& fleet, HttpResponse::Answer answer) {
+    fleet.cancel_routed(cmd_id, [&fleet, cmd_id, answer](CancelOutcome outcome) {
+      answer(cancel_answer(fleet, cmd_id, outcome));
+    });
+  };
+  return r;
 }
 
 }  // namespace handlers

@@ -86,6 +86,51 @@ bool parse_hold(const HttpRequest& req, std::optional<HeldCommand>& hold, HttpRe
   return true;
 }
 
+// The answer to a command POST. `batch`: the record it waits for (0: already
+// recorded, or refused); `broker`: set when another broker took it.
+HttpResponse enqueue_answer(const EnqueueOutcome& outcome, bool waits_for_record, std::optional<HeldCommand> hold,
+                            std::uint64_t batch, const std::string& broker) {
+  if (const auto* ok = std::get_if<EnqueueOk>(&outcome)) {
+    HttpResponse r;
+    r.status = ok->existing ? 200 : 202;  // 200: the command this request names exists already
+    r.body = enqueue_ok_json_text(*ok);
+    if (!broker.empty()) {
+      r.body.pop_back();  // '}': the broker that holds it, for whoever follows it up
+      r.body += ",\"broker\":" + json(broker).dump() + "}";
+    }
+    // The record comes first: the answer leaves once the store has the command
+    // (an existing one too: its first request may still be waiting for it).
+    r.after_record = batch;
+    if (!ok->existing) {
+      r.if_unrecorded = [cmd_id = ok->cmd_id, waits_for_record](const Error& e) {
+        return json_response(503, json{{"error", "store_unavailable"},
+                                       {"cmd_id", cmd_id},
+                                       {"sent", !waits_for_record},
+                                       {"detail", unrecorded_detail(e, !waits_for_record)}});
+      };
+    } else {
+      r.if_unrecorded = [cmd_id = ok->cmd_id](const Error& e) {
+        return json_response(503, json{{"error", "store_unavailable"},
+                                       {"cmd_id", cmd_id},
+                                       {"detail", "the command exists, but the store has not recorded it yet (" +
+                                                      e.detail + "); ask again"}});
+      };
+    }
+    if (hold && hold->timeout_ms > 0) {
+      hold->cmd_id = ok->cmd_id;
+      hold->rig_id = ok->rig_id;
+      hold->seq = ok->seq;
+      r.hold = std::move(hold);
+    }
+    return r;
+  }
+  const auto& failure = std::get<EnqueueFailure>(outcome);
+  HttpResponse r = json_response(enqueue_failure_status(failure.error), enqueue_failure_json(failure));
+  if (failure.error == EnqueueError::draining || failure.error == EnqueueError::registry_unavailable)
+    r.headers.emplace_back("Retry-After", "5");
+  return r;
+}
+
 }  // namespace
 
 HttpResponse get_rigs(const RouteContext& ctx) {
@@ -115,47 +160,41 @@ HttpResponse post_rig_command(const RouteContext& ctx) {
   std::optional<HeldCommand> hold;
   if (!parse_hold(ctx.request, hold, error)) return error;
   const bool waits_for_record = !request.idempotency_key.empty();
-  EnqueueOutcome outcome = ctx.fleet.enqueue(std::move(request));
-  if (const auto* ok = std::get_if<EnqueueOk>(&outcome)) {
-    HttpResponse r;
-    r.status = ok->existing ? 200 : 202;  // 200: the command this request names exists already
-    r.body = enqueue_ok_json_text(*ok);
-    // The record comes first: the answer leaves once the store has the command
-    // (an existing one too: its first request may still be waiting for it).
-    r.after_record = ctx.fleet.persist();
-    if (!ok->existing) {
-      r.if_unrecorded = [cmd_id = ok->cmd_id, waits_for_record](const Error& e) {
-        return json_response(503, json{{"error", "store_unavailable"},
-                                       {"cmd_id", cmd_id},
-                                       {"sent", !waits_for_record},
-                                       {"detail", unrecorded_detail(e, !waits_for_record)}});
-      };
-    } else {
-      r.if_unrecorded = [cmd_id = ok->cmd_id](const Error& e) {
-        return json_response(503, json{{"error", "store_unavailable"},
-                                       {"cmd_id", cmd_id},
-                                       {"detail", "the command exists, but the store has not recorded it yet (" +
-                                                      e.detail + "); ask again"}});
-      };
-    }
-    if (hold && hold->timeout_ms > 0) {
-      hold->cmd_id = ok->cmd_id;
-      hold->rig_id = ok->rig_id;
-      hold->seq = ok->seq;
-      r.hold = std::move(hold);
-    }
+  if (ctx.fleet.routes_elsewhere(rig_id)) {
+    // Several brokers: the broker that holds the rig takes it; its answer is this one.
+    HttpResponse r = json_error(503, "shutting_down", "the broker is shutting down");
+    r.deferred = [request = std::move(request), hold, waits_for_record](Fleet& fleet,
+                                                                        HttpResponse::Answer answer) mutable {
+      const std::string here = fleet.broker_id();
+      fleet.enqueue_routed(std::move(request), [answer, hold, waits_for_record, here](Fleet::RoutedOutcome out) mutable {
+        // Held elsewhere: answered now (this broker does not follow another's command).
+        if (out.broker_id != here) hold.reset();
+        HttpResponse a = enqueue_answer(out.outcome, waits_for_record, hold, 0, out.broker_id);
+        if (out.unrecorded && a.if_unrecorded) a = a.if_unrecorded(*out.unrecorded);
+        answer(std::move(a));
+      });
+    };
     return r;
   }
-  const auto& failure = std::get<EnqueueFailure>(outcome);
-  HttpResponse r = json_response(enqueue_failure_status(failure.error), enqueue_failure_json(failure));
-  if (failure.error == EnqueueError::draining) r.headers.emplace_back("Retry-After", "5");
-  return r;
+  EnqueueOutcome outcome = ctx.fleet.enqueue(std::move(request));
+  return enqueue_answer(outcome, waits_for_record, hold, ctx.fleet.persist(), {});
 }
 
 HttpResponse post_rig_reconnect(const RouteContext& ctx) {
   const std::string& rig_id = ctx.params.get("rig");
-  if (!ctx.fleet.force_reconnect(rig_id)) return ctx.fleet.rig(rig_id) ? not_connected(rig_id) : unknown_rig(rig_id);
-  return json_response(200, json{{"rig_id", rig_id}, {"closed", true}});
+  if (!ctx.fleet.routes_elsewhere(rig_id)) {
+    if (!ctx.fleet.force_reconnect(rig_id)) return ctx.fleet.rig(rig_id) ? not_connected(rig_id) : unknown_rig(rig_id);
+    return json_response(200, json{{"rig_id", rig_id}, {"closed", true}});
+  }
+  // Several brokers: whichever holds the rig closes its connection.
+  HttpResponse r = json_error(503, "shutting_down", "the broker is shutting down");
+  r.deferred = [rig_id](Fleet& fleet, HttpResponse::Answer answer) {
+    fleet.force_reconnect_routed(rig_id, [rig_id, answer](bool closed, bool known) {
+      if (closed) return answer(json_response(200, json{{"rig_id", rig_id}, {"closed", true}}));
+      answer(known ? not_connected(rig_id) : unknown_rig(rig_id));
+    });
+  };
+  return r;
 }
 
 }  // namespace fleetlink::broker::handlers

@@ -94,6 +94,36 @@ void run_after_sent(ControlState* state, const std::function<void(Fleet&)>& acti
 
 int send_and_complete(Transaction* tx, HttpResponse r);
 int finish_hold(Transaction* tx);
+int await_record(Transaction* tx, HttpResponse r);
+
+// An answer as the route gave it: now, after its record, held, or later.
+int answer_with(Transaction* tx, HttpResponse r);
+
+// Waits for an answer another broker gives (HttpResponse::deferred).
+int await_deferred(Transaction* tx, HttpResponse r) {
+  auto produce = std::move(r.deferred);
+  r.deferred = nullptr;
+  tx->deferred_wait.emplace(DeferredWait{std::nullopt, false});
+  produce(*tx->state->fleet, [tx, alive = std::weak_ptr<bool>(tx->alive)](HttpResponse answer) {
+    if (alive.expired() || !tx->deferred_wait || tx->deferred_wait->answer) return;
+    tx->deferred_wait->answer = std::move(answer);
+    if (tx->deferred_wait->parked) lws_callback_on_writable(tx->wsi);
+  });
+  if (tx->deferred_wait->answer) {  // known at once
+    HttpResponse a = std::move(*tx->deferred_wait->answer);
+    tx->deferred_wait.reset();
+    return answer_with(tx, std::move(a));
+  }
+  tx->deferred_wait->parked = true;
+  lws_set_timeout(tx->wsi, NO_PENDING_TIMEOUT, 0);
+  return 0;
+}
+
+int answer_deferred(Transaction* tx) {
+  HttpResponse a = std::move(*tx->deferred_wait->answer);
+  tx->deferred_wait.reset();
+  return answer_with(tx, std::move(a));
+}
 
 // Holds a POST until its command is acked/done (or the timeout): one Fleet
 // subscription for the wait, the answer rendered when it ends.
@@ -198,7 +228,12 @@ int respond(Transaction* tx) {
   } else {
     r = route_request(state, tx->request);
   }
+  return answer_with(tx, std::move(r));
+}
+
+int answer_with(Transaction* tx, HttpResponse r) {
   if (r.event_stream) return start_event_stream(tx, r);
+  if (r.deferred) return await_deferred(tx, std::move(r));
   if (r.after_record != 0) return await_record(tx, std::move(r));
   if (r.hold) return start_hold(tx, std::move(r));
   return send_and_complete(tx, std::move(r));
@@ -315,6 +350,7 @@ int on_body(PerSession* pss, const char* in, std::size_t len) {
 
 // Writeable: a held POST whose wait ended, or the next piece of an event stream.
 int on_writeable(Transaction* tx) {
+  if (tx->deferred_wait) return tx->deferred_wait->answer ? answer_deferred(tx) : 0;
   if (tx->record_wait) return tx->record_wait->outcome ? answer_recorded(tx) : 0;
   if (tx->hold) return tx->hold->done ? finish_hold(tx) : 0;
   if (!tx->sse) return 0;
@@ -376,6 +412,8 @@ void end_transaction_for_shutdown(Transaction* tx) {
   if (tx->hold) tx->hold->done = true;  // answered with what is known now
   if (tx->record_wait && !tx->record_wait->outcome)
     tx->record_wait->outcome = Expected<void>{make_error(Errc::io, "the broker is shutting down")};
+  if (tx->deferred_wait && !tx->deferred_wait->answer)
+    tx->deferred_wait->answer = json_error(503, "shutting_down", "the broker is shutting down");
   lws_callback_on_writable(tx->wsi);
 }
 

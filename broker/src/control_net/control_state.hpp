@@ -64,6 +64,12 @@ struct RecordWait {
   bool parked = false;                    // waiting past the request's own callback
 };
 
+// An answer that comes later (HttpResponse::deferred: another broker's).
+struct DeferredWait {
+  std::optional<HttpResponse> answer;  // set: it came (sent from the writeable callback)
+  bool parked = false;
+};
+
 // One HTTP transaction: a request and its answer, a held POST, or an event stream.
 struct Transaction {
   ControlState* state = nullptr;
@@ -73,6 +79,7 @@ struct Transaction {
   bool responding = false;
   bool close_after = false;  // hang up once written (413 and friends)
   std::optional<RecordWait> record_wait;
+  std::optional<DeferredWait> deferred_wait;
   std::optional<HeldPost> hold;
   std::optional<EventStream> sse;
   // Expires with the transaction: what a Fleet callback that may outlive it checks.

@@ -179,7 +179,8 @@ class FleetCore final : public Fleet {
   struct PendingHello;
   void claim_answered(std::uint32_t serial, const std::shared_ptr<PendingHello>& p, Expected<ClaimResult> r,
                       bool forced);
-  void retry_claim(std::uint32_t serial, const std::shared_ptr<PendingHello>& p);
+  void claim_rig(std::uint32_t serial, const std::shared_ptr<PendingHello>& p, bool force);
+  void ask_owner(std::uint32_t serial, const std::shared_ptr<PendingHello>& p, const RegistryEntry& owner);
   void refuse_hello(RigSession& s, PendingHello& p);
   void admit(RigSession& s, PendingHello& p);
   void probe(RigSession& s);

@@ -51,8 +51,48 @@ void FleetCore::on_hello(RigSession& s, msg::Hello hello) {
   s.claiming = true;
   claiming_.emplace(s.serial, &s);
   const std::uint32_t serial = s.serial;
-  registry_.claim(pending->hello, verdict == HelloVerdict::supersede_existing, clock_.wall_ms(),
-                  [this, serial, pending](Expected<ClaimResult> r) { claim_answered(serial, pending, std::move(r), false); });
+  if (registry_.shared() && mesh_ != nullptr && verdict == HelloVerdict::accept) {
+    // Several brokers: a connection of the rig on another one is asked about
+    // first, whatever its boot (a cloned identity has a newer one): it keeps
+    // the rig while it answers pings.
+    registry_.lookup(pending->hello.rig_id, clock_.wall_ms(),
+                     [this, serial, pending](Expected<std::optional<RegistryEntry>> owner) {
+                       if (claiming_session(serial) == nullptr) return;
+                       if (owner && *owner && (*owner)->broker_id != settings_.broker_id)
+                         return ask_owner(serial, pending, **owner);
+                       claim_rig(serial, pending, false);
+                     });
+    return;
+  }
+  claim_rig(serial, pending, verdict == HelloVerdict::supersede_existing);
+}
+
+void FleetCore::claim_rig(std::uint32_t serial, const std::shared_ptr<PendingHello>& p, bool force) {
+  registry_.claim(p->hello, force, clock_.wall_ms(),
+                  [this, serial, p, force](Expected<ClaimResult> r) { claim_answered(serial, p, std::move(r), force); });
+}
+
+void FleetCore::ask_owner(std::uint32_t serial, const std::shared_ptr<PendingHello>& p, const RegistryEntry& owner) {
+  // Live on another broker: it is asked to probe that connection (no pong
+  // closes it and frees the rig for the rig's next attempt). A broker nobody
+  // listens for is gone: the rig is this one's at once.
+  MeshNote note;
+  note.kind = MeshKind::probe;
+  note.from = settings_.broker_id;
+  note.rig_id = p->hello.rig_id;
+  note.boot_id = owner.boot_id;
+  const std::string owner_id = owner.broker_id;
+  mesh_->send(owner_id, note, [this, serial, p, owner_id](Expected<std::size_t> listeners) {
+    RigSession* again = claiming_session(serial);
+    if (again == nullptr) return;
+    if (listeners && *listeners == 0) {
+      observer_.owner_gone(p->hello.rig_id, owner_id);
+      claim_rig(serial, p, true);
+      return;
+    }
+    p->decision = {HelloVerdict::reject_duplicate, "rig is live on broker " + owner_id + " (asked to probe it)"};
+    refuse_hello(*again, *p);
+  });
 }
 
 void FleetCore::probe(RigSession& s) {
@@ -91,32 +131,10 @@ void FleetCore::claim_answered(std::uint32_t serial, const std::shared_ptr<Pendi
     if (!forced && other && !elsewhere && registry_.find(rig_id) == nullptr) {
       // This broker's own entry without a connection here: left by an earlier
       // process with the same broker id (its TTL has not run out). Take it.
-      retry_claim(serial, p);
+      claim_rig(serial, p, true);
       return;
     }
-    if (!forced && elsewhere && mesh_ != nullptr) {
-      // Live on another broker: it is asked to probe that connection (no pong
-      // closes it and frees the rig). A broker nobody listens for is gone: the
-      // rig is this one's at once.
-      MeshNote note;
-      note.kind = MeshKind::probe;
-      note.from = settings_.broker_id;
-      note.rig_id = rig_id;
-      note.boot_id = other->boot_id;
-      const std::string owner = other->broker_id;
-      mesh_->send(owner, note, [this, serial, p, owner](Expected<std::size_t> listeners) {
-        RigSession* again = claiming_session(serial);
-        if (again == nullptr) return;
-        if (listeners && *listeners == 0) {
-          observer_.owner_gone(p->hello.rig_id, owner);
-          retry_claim(serial, p);
-          return;
-        }
-        p->decision = {HelloVerdict::reject_duplicate, "rig is live on broker " + owner + " (asked to probe it)"};
-        refuse_hello(*again, *p);
-      });
-      return;
-    }
+    if (!forced && elsewhere && mesh_ != nullptr) return ask_owner(serial, p, *other);
     p->decision = {HelloVerdict::reject_duplicate,
                    elsewhere ? "rig is live on broker " + other->broker_id : "rig is live elsewhere with a newer boot"};
     refuse_hello(*s, *p);
@@ -132,11 +150,6 @@ void FleetCore::claim_answered(std::uint32_t serial, const std::shared_ptr<Pendi
     mesh_->send(other->broker_id, note, [](Expected<std::size_t>) {});
   }
   admit(*s, *p);
-}
-
-void FleetCore::retry_claim(std::uint32_t serial, const std::shared_ptr<PendingHello>& p) {
-  registry_.claim(p->hello, true, clock_.wall_ms(),
-                  [this, serial, p](Expected<ClaimResult> r) { claim_answered(serial, p, std::move(r), true); });
 }
 
 void FleetCore::refuse_hello(RigSession& s, PendingHello& p) {

@@ -97,7 +97,8 @@ void RedisConnection::on_connect(const redisAsyncContext* ctx, int status) {
   self->up_ = true;
   self->backoff_ = std::chrono::milliseconds(0);
   ++self->connects_;
-  FL_INFO("redis %s: connected", self->endpoint_.c_str());
+  FL_INFO("redis %s: connected%s", self->endpoint_.c_str(), self->channels_.empty() ? "" : " (listening)");
+  if (!self->channels_.empty()) self->subscribe();
   if (self->on_up_) self->on_up_();
 }
 
@@ -145,6 +146,43 @@ void RedisConnection::command(const std::vector<std::string>& argv, ReplyCallbac
     ReplyCallback cb = std::move(pending->done);
     delete pending;
     cb(make_error(Errc::io, "redis " + endpoint_ + ": the command could not be queued"));
+  }
+}
+
+void RedisConnection::listen(std::vector<std::string> channels, MessageCallback on_message) {
+  channels_ = std::move(channels);
+  on_message_ = std::move(on_message);
+}
+
+void RedisConnection::subscribe() {
+  std::vector<const char*> args{"SUBSCRIBE"};
+  std::vector<std::size_t> lens{9};
+  for (const std::string& c : channels_) {
+    args.push_back(c.data());
+    lens.push_back(c.size());
+  }
+  // hiredis keeps this callback for every message of the subscription; its
+  // privdata is this connection, which outlives the context (the destructor frees it).
+  if (redisAsyncCommandArgv(ctx_, &RedisConnection::on_message, this, static_cast<int>(args.size()), args.data(),
+                            lens.data()) != REDIS_OK)
+    FL_WARN("redis %s: cannot subscribe", endpoint_.c_str());
+}
+
+void RedisConnection::on_message(redisAsyncContext* ctx, void* reply, void* /*privdata*/) {
+  auto* self = static_cast<RedisConnection*>(ctx->data);
+  if (self == nullptr || self->closing_ || reply == nullptr || !self->on_message_) return;
+  const auto* r = static_cast<const redisReply*>(reply);
+  // ["message", channel, payload]; the "subscribe" confirmations are not messages.
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 3) return;
+  const redisReply* what = r->element[0];
+  if (what->type != REDIS_REPLY_STRING || std::string_view(what->str, what->len) != "message") return;
+  const redisReply* channel = r->element[1];
+  const redisReply* payload = r->element[2];
+  if (channel->type != REDIS_REPLY_STRING || payload->type != REDIS_REPLY_STRING) return;
+  try {
+    self->on_message_(std::string_view(channel->str, channel->len), std::string_view(payload->str, payload->len));
+  } catch (const std::exception& e) {
+    FL_ERROR("redis: a message's callback failed: %s", e.what());
   }
 }
 

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fleetlink/expected.hpp"
@@ -62,10 +63,18 @@ class RedisConnection {
 
   void command(const std::vector<std::string>& argv, ReplyCallback done);
 
+  // Makes this a listening connection (pub/sub): it SUBSCRIBEs to `channels` on
+  // every (re)connect, and each message on them calls on_message(channel,
+  // payload) on the loop. Call before start(); such a connection sends nothing else.
+  using MessageCallback = std::function<void(std::string_view channel, std::string_view payload)>;
+  void listen(std::vector<std::string> channels, MessageCallback on_message);
+
  private:
   static void on_connect(const redisAsyncContext* ctx, int status);
   static void on_disconnect(const redisAsyncContext* ctx, int status);
   static void on_reply(redisAsyncContext* ctx, void* reply, void* privdata);
+  static void on_message(redisAsyncContext* ctx, void* reply, void* privdata);
+  void subscribe();
   void connect();
   void lost(const char* why);
   void schedule_retry();
@@ -80,6 +89,8 @@ class RedisConnection {
   bool closing_ = false;
   std::uint64_t connects_ = 0;
   std::function<void()> on_up_;
+  std::vector<std::string> channels_;  // listen(): subscribed on every connect
+  MessageCallback on_message_;
 };
 
 }  // namespace fleetlink::broker::redis

