@@ -231,5 +231,121 @@ class SeveralBrokersTest(LabTestCase):
         self.assertRegex(b.log(), r"rig=rig-clone .*4409|rig is live on broker fa")
 
 
+    # ------------------------------------------------------------------ a broker dies
+
+    def test_broker_kill_9_rigs_move_pending_delivered_nothing_twice(self):
+        redis = self.redis()
+        brokers = [self.broker(f"k{i}", redis) for i in range(3)]
+        victim, others = brokers[0], brokers[1:]
+        rigs = [f"rig-k{i:02d}" for i in range(12)]
+        home = {r: brokers[i % 3] for i, r in enumerate(rigs)}
+        for r in rigs:
+            self.agent(r, [home[r]] + [b for b in brokers if b is not home[r]])
+        wait_for(lambda: set(rigs) <= set(others[0].rigs()), 15, what="the fleet seen from k1")
+        victims = [r for r in rigs if home[r] is victim]
+        # Long ones, acknowledged and running when the broker dies (posted
+        # through another broker too): their RESULTs come after the kill.
+        long_ids = [self.post(victim, r, sleep=3)["cmd_id"] for r in victims]
+        long_ids += [self.post(others[0], r, sleep=3)["cmd_id"] for r in victims]
+        wait_for(lambda: set(long_ids) <= set(self.ran()), 15, what="the long commands started")
+        # Many short ones, some still in flight at the kill: each was answered 202, so recorded.
+        short_ids = [self.post(victim, r, sleep=0.05)["cmd_id"] for _ in range(15) for r in victims]
+        victim.kill()
+        t0 = time.monotonic()
+        # Its rigs are held by the others at once: nobody listens on its channel.
+        wait_for(lambda: set(victims) <= set(self.connected_at(others, victims)), 20,
+                 what="the dead broker's rigs on the others")
+        moved_in = time.monotonic() - t0
+        self.assertLess(moved_in, 10, "the rigs waited for the registry TTL instead of taking over")
+        all_ids = long_ids + short_ids
+        views = self.wait_states(others[1], all_ids, timeout=40)
+        self.assert_succeeded(views)
+        self.assert_ran_once(all_ids)
+        # Commands for the moved rigs through any surviving broker.
+        after = [self.post(b, r)["cmd_id"] for b in others for r in victims]
+        self.assert_succeeded(self.wait_states(others[0], after))
+        for b in others:
+            self.assertNotRegex(b.log(), r"result for cmd=\S+ ignored: (?!late: )")
+
+    # ------------------------------------------------------------------ Redis trouble
+
+    def test_redis_away_local_rigs_served_others_503_then_reregistered_without_reconnects(self):
+        redis = self.redis()
+        a, b = self.broker("ra", redis), self.broker("rb", redis)
+        self.agent("rig-ra", [a])
+        self.agent("rig-rb", [b])
+        wait_for(lambda: {"rig-ra", "rig-rb"} <= set(a.rigs()), 15, what="both rigs seen from ra")
+        hellos_before = a.log().count("hello rig=rig-ra"), b.log().count("hello rig=rig-rb")
+        redis.stop()
+        wait_for(lambda: a.api("GET", "/readyz")[0] == 503, 10, what="ra not ready")
+        status, body = a.api("GET", "/readyz")
+        self.assertIn("registry_unavailable", " ".join(body["because"]), body)
+        # Its own rig: served. Another broker's: a clear 503.
+        mine = self.post(a, "rig-ra")["cmd_id"]
+        self.assert_succeeded(self.wait_states(a, [mine]))
+        status, body = a.api("POST", "/v1/rigs/rig-rb/commands", {"kind": "work"})
+        self.assertEqual(status, 503, body)
+        self.assertEqual(body["error"], "registry_unavailable", body)
+        # Redis back on its port, empty (no persistence): every live rig's entry is written again.
+        redis.start()
+        wait_for(lambda: redis.cli("GET", "rig:rig-ra").startswith("0") or "|ra" in redis.cli("GET", "rig:rig-ra"),
+                 15, what="rig-ra re-registered")
+        wait_for(lambda: "|rb" in redis.cli("GET", "rig:rig-rb"), 15, what="rig-rb re-registered")
+        wait_for(lambda: a.api("GET", "/readyz")[0] == 200, 10, what="ra ready again")
+        routed = self.post(a, "rig-rb")
+        self.assertEqual(routed.get("broker"), "rb", routed)
+        self.assert_succeeded(self.wait_states(a, [mine, routed["cmd_id"]]))
+        # Nobody reconnected.
+        self.assertEqual((a.log().count("hello rig=rig-ra"), b.log().count("hello rig=rig-rb")), hellos_before)
+        self.assert_ran_once([mine, routed["cmd_id"]])
+
+    def test_redis_restart_with_aof_mid_traffic_loses_no_acknowledged_command(self):
+        redis = self.redis(appendonly=True)
+        a, b = self.broker("ta", redis), self.broker("tb", redis)
+        rigs = ["rig-t0", "rig-t1", "rig-t2", "rig-t3"]
+        for i, r in enumerate(rigs):
+            self.agent(r, [a if i % 2 == 0 else b])
+        wait_for(lambda: set(rigs) <= set(a.rigs()) and set(rigs) <= set(b.rigs()), 15, what="the fleet")
+        accepted, refused = [], 0
+        deadline = time.monotonic() + 6
+        restarted = False
+        i = 0
+        while time.monotonic() < deadline:
+            if not restarted and time.monotonic() > deadline - 4:
+                redis.stop()
+                redis.start()
+                restarted = True
+            broker = a if i % 2 == 0 else b
+            status, body = broker.api("POST", f"/v1/rigs/{rigs[i % 4]}/commands", {"kind": "work"})
+            if status == 202:
+                accepted.append(body["cmd_id"])
+            else:
+                self.assertIn(status, (503, 504), body)  # refused, never half-taken
+                refused += 1
+            i += 1
+        self.assertGreater(len(accepted), 50)
+        self.assert_succeeded(self.wait_states(a, accepted, timeout=40))
+        self.assert_ran_once(accepted)
+        for r in rigs:
+            self.assertEqual((a.log() + b.log()).count(f"hello rig={r} "), 1, f"{r} reconnected")
+
+    # ------------------------------------------------------------------ one port
+
+    def test_brokers_on_one_port_with_so_reuseport_form_one_fleet(self):
+        redis = self.redis()
+        a = self.broker("pa", redis)
+        b = self.broker("pb", redis, listen_port=a.listen_port)
+        rigs = [f"rig-p{i}" for i in range(16)]
+        for r in rigs:
+            self.agent(r, [a])  # one URL: the kernel spreads the connections
+        wait_for(lambda: set(rigs) <= set(a.rigs()) and set(rigs) <= set(b.rigs()), 20, what="one fleet")
+        where = self.connected_at([a, b], rigs)
+        self.assertEqual(set(where), set(rigs))
+        self.assertTrue({"pa", "pb"} <= set(where.values()), f"the kernel sent every rig to one broker: {where}")
+        ids = [self.post(a, r)["cmd_id"] for r in rigs] + [self.post(b, r)["cmd_id"] for r in rigs]
+        self.assert_succeeded(self.wait_states(b, ids))
+        self.assert_ran_once(ids)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -25,7 +25,9 @@ HttpResponse get_healthz(const RouteContext&) {
 HttpResponse get_readyz(const RouteContext& ctx) {
   // A draining broker is not ready either: load balancers stop sending to it.
   const bool ready = ctx.fleet.ready() && !ctx.fleet.draining();
-  return json_response(ready ? 200 : 503, nlohmann::ordered_json{{"ready", ready}});
+  nlohmann::ordered_json body{{"ready", ready}};
+  if (!ready) body["because"] = ctx.fleet.not_ready_because();
+  return json_response(ready ? 200 : 503, body);
 }
 
 HttpResponse get_metrics(const RouteContext& ctx) {

@@ -233,6 +233,8 @@ class Fleet {
   virtual bool draining() const = 0;
   // Certificates loaded, listener up, registry and store reachable.
   virtual bool ready() const = 0;
+  // Why not, one line each ("registry_unavailable: ...", "draining"); empty when ready.
+  virtual std::vector<std::string> not_ready_because() const { return {}; }
   virtual std::string broker_id() const = 0;
 
   // What happens to rigs and commands (fleet/events.hpp).

@@ -423,12 +423,16 @@ EnqueueOutcome FleetCore::enqueue(CommandRequest req) {
 // delivery on a rig's connection
 
 void FleetCore::deliver_open(RigSession& s) {
-  // Brokers sharing the store: another one may hold commands for this rig.
+  // Brokers sharing the store: another one may hold commands for this rig (it
+  // wrote since start-up, and since this rig's were last read here).
   if (const std::uint64_t foreign = store_.foreign_writes(); foreign != foreign_seen_) {
-    foreign_seen_ = foreign;
-    store_.open_commands_of(s.rig_id, [&](std::vector<CommandView> records) {
-      for (CommandView& r : records) adopt(std::move(r));
-    });
+    auto [read, first] = foreign_read_.try_emplace(s.rig_id, foreign);
+    if (first || read->second != foreign) {
+      read->second = foreign;
+      store_.open_commands_of(s.rig_id, [&](std::vector<CommandView> records) {
+        for (CommandView& r : records) adopt(std::move(r));
+      });
+    }
   }
   if (const auto owed = owed_cancels_.find(s.rig_id); owed != owed_cancels_.end()) {
     std::vector<std::string> ids = std::move(owed->second);

@@ -22,7 +22,21 @@ FleetCore::FleetCore(FleetSettings settings, RigTransport& transport, FleetObser
 }
 
 bool FleetCore::ready() const {
-  return transport_ready_ && registry_.backend_up() && store_.up() && !drain_.active;
+  return transport_ready_ && registry_.backend_up() && store_.up() && !drain_.active &&
+         (mesh_ == nullptr || mesh_->up());
+}
+
+std::vector<std::string> FleetCore::not_ready_because() const {
+  std::vector<std::string> why;
+  if (!transport_ready_) why.emplace_back("starting");
+  if (!registry_.backend_up())
+    why.emplace_back("registry_unavailable: the " + std::string(registry_.backend_name()) +
+                     " registry cannot be reached (rigs connected here are still served)");
+  else if (mesh_ != nullptr && !mesh_->up())
+    why.emplace_back("registry_unavailable: not listening to the other brokers yet");
+  if (!store_.up()) why.emplace_back("store_unavailable: the " + std::string(store_.name()) + " store is not usable");
+  if (drain_.active) why.emplace_back("draining");
+  return why;
 }
 
 // ---------------------------------------------------------------------------------

@@ -155,6 +155,7 @@ class FleetCore final : public Fleet {
   void start_drain(std::chrono::milliseconds window) override;
   bool draining() const override { return drain_.active; }
   bool ready() const override;
+  std::vector<std::string> not_ready_because() const override;
   std::string broker_id() const override { return settings_.broker_id; }
   EventBus& events() override { return bus_; }
   bool routes_elsewhere(std::string_view rig_id) const override;
@@ -283,7 +284,9 @@ class FleetCore final : public Fleet {
   std::uint64_t reported_through_ = 0;    // the newest batch whose outcome was taken
   std::deque<std::pair<std::uint64_t, Error>> failed_;  // batches reported failed, not durable since
   std::vector<CmdKey> unsaved_;           // commands with a step not yet in the store (CommandView::unsaved)
-  std::uint64_t foreign_seen_ = 0;        // store_.foreign_writes() when this broker last read the store
+  std::uint64_t foreign_seen_ = 0;        // store_.foreign_writes() at start-up
+  // Brokers sharing the store: foreign_writes() when each rig's open commands were last read.
+  std::unordered_map<std::string, std::uint64_t, TransparentStringHash, std::equal_to<>> foreign_read_;
   std::uint32_t last_inventory_ms_ = 0;
   bool inventory_pass_ = false;
   EventBus bus_;

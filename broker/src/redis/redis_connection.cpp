@@ -83,11 +83,26 @@ void RedisConnection::connect() {
   redisAsyncSetConnectCallback(ctx, &RedisConnection::on_connect);
   redisAsyncSetDisconnectCallback(ctx, &RedisConnection::on_disconnect);
   ctx_ = ctx;
+  // hiredis 0.14's libuv adapter drops a poll error (a refused connect): the
+  // connect callback would never come. A connect not done by then is given up.
+  uv_timer_start(
+      retry_timer_, [](uv_timer_t* t) { static_cast<RedisConnection*>(t->data)->connect_timed_out(); },
+      static_cast<std::uint64_t>(options_.connect_timeout.count()), 0);
+}
+
+void RedisConnection::connect_timed_out() {
+  if (closing_ || up_ || ctx_ == nullptr) return;
+  redisAsyncContext* ctx = ctx_;
+  ctx_ = nullptr;
+  ctx->data = nullptr;  // its callbacks, if any come while it is freed, find nobody
+  redisAsyncFree(ctx);
+  lost("connect timed out or refused");
 }
 
 void RedisConnection::on_connect(const redisAsyncContext* ctx, int status) {
   auto* self = static_cast<RedisConnection*>(ctx->data);
   if (self == nullptr) return;
+  if (self->retry_timer_ != nullptr) uv_timer_stop(self->retry_timer_);
   if (status != REDIS_OK) {
     // hiredis frees the context after this callback.
     self->ctx_ = nullptr;

@@ -43,6 +43,7 @@ struct ConnectionOptions {
   int port = 6379;
   std::chrono::milliseconds retry_min{100};
   std::chrono::milliseconds retry_max{5000};
+  std::chrono::milliseconds connect_timeout{1000};
 };
 
 class RedisConnection {
@@ -78,6 +79,7 @@ class RedisConnection {
   void connect();
   void lost(const char* why);
   void schedule_retry();
+  void connect_timed_out();
 
   uv_loop_t* loop_;
   ConnectionOptions options_;
