@@ -19,7 +19,10 @@ on one host do) and the Redis registry and mesh. A ground-truth plugin
   with 503 registry_unavailable, /readyz says so;
 - brokers on one port with SO_REUSEPORT form one fleet.
 """
+import asyncio
 import collections
+import http.client
+import json
 import os
 import re
 import shutil
@@ -30,6 +33,7 @@ import time
 import unittest
 
 from harness import Broker, LabTestCase, free_port, wait_for
+import test_control_stream as control_stream  # its helpers (a module: its tests are not run here)
 
 FINAL = Broker.FINAL
 
@@ -211,6 +215,43 @@ class SeveralBrokersTest(LabTestCase):
         # An unknown rig is still 404 (nobody holds it), through any broker.
         status, body = brokers[2].api("POST", "/v1/rigs/rig-none/commands", {"kind": "work"})
         self.assertEqual(status, 404, body)
+
+    def test_control_stream_and_events_through_another_broker(self):
+        redis = self.redis()
+        a, b = self.broker("sa", redis), self.broker("sb", redis)
+        rigs = ["rig-s0", "rig-s1", "rig-s2"]
+        for r in rigs:
+            self.agent(r, [b])
+        wait_for(lambda: set(rigs) <= set(a.rigs()), 15, what="sa sees sb's rigs")
+        # /v1/events on sa, while sb runs the commands.
+        conn = http.client.HTTPConnection(a.control_host, a.control_port, timeout=20)
+        conn.request("GET", "/v1/events?types=command_done")
+        events = conn.getresponse()
+        self.assertEqual(events.status, 200)
+        frame = "\n".join(control_stream.send(f"r{i}", r, "work") for i, r in enumerate(rigs)) + "\n"
+
+        def finished(lines):
+            return all(any(l["op"] == "done" for l in control_stream.by_ref(lines, f"r{i}")) for i in range(len(rigs)))
+
+        lines = asyncio.run(control_stream.exchange(a, [frame], finished))
+        ids = set()
+        for i, r in enumerate(rigs):
+            ops = [l["op"] for l in control_stream.by_ref(lines, f"r{i}")]
+            self.assertEqual(ops, ["queued", "acked", "done"], lines)
+            queued = control_stream.by_ref(lines, f"r{i}")[0]
+            self.assertEqual(queued["rig_id"], r)
+            self.assertGreater(queued["seq"], 0)
+            self.assertEqual(control_stream.by_ref(lines, f"r{i}")[2]["detail"], "succeeded")
+            ids.add(queued["cmd_id"])
+        seen = set()
+        deadline = time.monotonic() + 10
+        while seen != ids and time.monotonic() < deadline:
+            line = events.fp.readline().decode()
+            if line.startswith("data:"):
+                seen.add(json.loads(line[5:])["cmd_id"])
+        conn.close()
+        self.assertEqual(seen & ids, ids, "sa's event stream missed sb's command_done events")
+        self.assert_ran_once(ids)
 
     # ------------------------------------------------------------------ fencing
 

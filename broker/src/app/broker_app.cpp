@@ -105,7 +105,9 @@ Expected<void> BrokerApp::start() {
   auto jobs = core_.load();
   if (!jobs) return make_error(jobs.error().code, "command store (" + std::string(store_->name()) + "): " +
                                                      jobs.error().detail);
-  if (fabric_) fabric_->start(core_);
+  if (fabric_) fabric_->start(core_, [this] {
+    if (context_ != nullptr) lws_cancel_service(context_);
+  });
   int lws_levels = LLL_ERR | (log::enabled(log::Level::debug) ? LLL_WARN : 0);
   if (const char* env = std::getenv("FLEETLINK_LWS_LOG")) lws_levels = std::atoi(env);  // debugging lws itself
   lws_set_log_level(lws_levels, nullptr);

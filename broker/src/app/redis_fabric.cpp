@@ -26,9 +26,13 @@ RedisFabric::RedisFabric(uv_loop_t* loop, const BrokerConfig& cfg)
       registry_(commands_, registry_options(cfg)),
       mesh_(commands_, listener_, redis::MeshOptions{cfg.redis_prefix, cfg.broker_id}) {}
 
-void RedisFabric::start(FleetCore& core) {
+void RedisFabric::start(FleetCore& core, std::function<void()> after_note) {
   core.set_mesh(&mesh_);
-  mesh_.on_note([&core](const MeshNote& note) { core.on_mesh(note); });
+  mesh_.on_note([&core, after_note](const MeshNote& note) {
+    core.on_mesh(note);
+    if (after_note) after_note();
+  });
+  commands_.set_after_reply(after_note);
   // Every (re)connect: the entries of the rigs held here are written again.
   // The first connect finds none, or those admitted while Redis was not there yet.
   commands_.set_on_up([&core] { core.registry_recovered(); });

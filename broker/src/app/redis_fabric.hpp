@@ -28,7 +28,9 @@ class RedisFabric {
   const redis::RedisMesh& mesh_stats() const noexcept { return mesh_; }
 
   // Hands the mesh's notes to `core` and the registry's recoveries, and connects.
-  void start(FleetCore& core);
+  // `after_note` runs after each note and each reply was handled (the application wakes lws:
+  // what the note scheduled on lws timers, such as a control stream's answer).
+  void start(FleetCore& core, std::function<void()> after_note);
 
  private:
   redis::RedisConnection commands_;

@@ -51,6 +51,8 @@ void queue_line(StreamSession* s, std::string line) {
   flush_at_end_of_turn(s);
 }
 
+void settle_answers(StreamSession* s, std::vector<StreamSession::Pending>& answers, const Expected<void>& kept);
+
 void on_stream_line(StreamSession* s, std::string_view line, std::vector<StreamSession::Pending>& answers) {
   ControlState* state = s->state;
   stream::Request request = stream::parse_line(line);
@@ -65,6 +67,19 @@ void on_stream_line(StreamSession* s, std::string_view line, std::vector<StreamS
     return;
   }
   const bool waits_for_record = !send.request.idempotency_key.empty();
+  if (state->fleet->routes_elsewhere(send.request.rig_id)) {
+    // Several brokers: answered when the broker holding the rig answers (this
+    // line may come after later ones: clients match answers by ref).
+    state->fleet->enqueue_routed(
+        std::move(send.request), [s, alive = std::weak_ptr<bool>(s->alive), ref = std::move(send.ref),
+                                  until_done = send.until_done, waits_for_record](Fleet::RoutedOutcome out) mutable {
+          if (alive.expired()) return;
+          std::vector<StreamSession::Pending> one;
+          one.push_back({std::move(ref), until_done, std::move(out.outcome), {}, waits_for_record});
+          settle_answers(s, one, out.unrecorded ? Expected<void>{*out.unrecorded} : Expected<void>{});
+        });
+    return;
+  }
   answers.push_back(
       {std::move(send.ref), send.until_done, state->fleet->enqueue(std::move(send.request)), {}, waits_for_record});
 }

@@ -202,7 +202,6 @@ void RedisConnection::on_message(redisAsyncContext* ctx, void* reply, void* /*pr
 }
 
 void RedisConnection::on_reply(redisAsyncContext* ctx, void* reply, void* privdata) {
-  (void)ctx;
   auto* pending = static_cast<PendingCommand*>(privdata);
   ReplyCallback done = std::move(pending->done);
   const bool closing = *pending->closing;
@@ -217,6 +216,7 @@ void RedisConnection::on_reply(redisAsyncContext* ctx, void* reply, void* privda
   } catch (const std::exception& e) {
     FL_ERROR("redis: a reply's callback failed: %s", e.what());
   }
+  if (auto* self = static_cast<RedisConnection*>(ctx->data); self != nullptr && self->after_reply_) self->after_reply_();
 }
 
 }  // namespace fleetlink::broker::redis

@@ -59,6 +59,8 @@ class RedisConnection {
   void start();
   bool up() const noexcept { return up_; }
   void set_on_up(std::function<void()> on_up) { on_up_ = std::move(on_up); }
+  // Runs after each reply's callback (the application wakes what the callback scheduled).
+  void set_after_reply(std::function<void()> after) { after_reply_ = std::move(after); }
   const std::string& endpoint() const noexcept { return endpoint_; }
   std::uint64_t connects() const noexcept { return connects_; }
 
@@ -91,6 +93,7 @@ class RedisConnection {
   bool closing_ = false;
   std::uint64_t connects_ = 0;
   std::function<void()> on_up_;
+  std::function<void()> after_reply_;
   std::vector<std::string> channels_;  // listen(): subscribed on every connect
   MessageCallback on_message_;
 };
