@@ -1,6 +1,5 @@
 #include "redis/redis_connection.hpp"
 
-#include <hiredis/adapters/libuv.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
@@ -8,6 +7,7 @@
 #include <new>
 
 #include "common/log.hpp"
+#include "redis/uv_attach.hpp"
 
 namespace fleetlink::broker::redis {
 namespace {
@@ -74,7 +74,7 @@ void RedisConnection::connect() {
     return;
   }
   ctx->data = this;
-  if (redisLibuvAttach(ctx, loop_) != REDIS_OK) {
+  if (attach_to_loop(ctx, loop_) != REDIS_OK) {
     FL_WARN("redis %s: cannot attach to the loop", endpoint_.c_str());
     redisAsyncFree(ctx);
     schedule_retry();
@@ -83,8 +83,7 @@ void RedisConnection::connect() {
   redisAsyncSetConnectCallback(ctx, &RedisConnection::on_connect);
   redisAsyncSetDisconnectCallback(ctx, &RedisConnection::on_disconnect);
   ctx_ = ctx;
-  // hiredis 0.14's libuv adapter drops a poll error (a refused connect): the
-  // connect callback would never come. A connect not done by then is given up.
+  // A connect not done by then is given up (a Redis host that drops SYNs).
   uv_timer_start(
       retry_timer_, [](uv_timer_t* t) { static_cast<RedisConnection*>(t->data)->connect_timed_out(); },
       static_cast<std::uint64_t>(options_.connect_timeout.count()), 0);
