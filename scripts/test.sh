@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs every test: unit tests (also under
 # AddressSanitizer + UBSan), integration tests with real processes on loopback,
-# the decoder fuzzer for a bounded time, and the benchmark smoke.
-#   FUZZ_SECONDS (default 60)   SKIP_INSTALL=1   SKIP_SANITIZERS=1   SKIP_FUZZ=1
+# the decoder fuzzers for a bounded time, and the benchmark smoke.
+#   FUZZ_SECONDS (default 60)   MESH_FUZZ_SECONDS (default 30)
+#   SKIP_INSTALL=1   SKIP_SANITIZERS=1   SKIP_FUZZ=1
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CTEST_OUTPUT_ON_FAILURE=1
@@ -29,6 +30,8 @@ fi
 if [[ "${SKIP_FUZZ:-0}" != 1 && -x tests/fuzz/run-fuzz.sh ]]; then
   step "fuzzing the frame decoder for ${FUZZ_SECONDS:-60}s"
   tests/fuzz/run-fuzz.sh build-fuzz "${FUZZ_SECONDS:-60}"
+  step "fuzzing the mesh note decoder for ${MESH_FUZZ_SECONDS:-30}s"
+  tests/fuzz/run-fuzz.sh build-fuzz "${MESH_FUZZ_SECONDS:-30}" fuzz_mesh_codec
 fi
 
 step "unit, integration and benchmark-smoke tests"

@@ -1,9 +1,11 @@
 #!/bin/bash
-# Fuzz the fleetlink frame decoder for a bounded time; exit non-zero on any crash.
-#   tests/fuzz/run-fuzz.sh BUILD_DIR [SECONDS]     (default 60 s)
-# Configures a separate clang build of tests/fuzz in BUILD_DIR, builds fuzz_codec with
-# libFuzzer + ASan + UBSan, seeds it from tests/vectors/frames.txt and runs it with
-# -max_total_time. A crash leaves the input in BUILD_DIR/artifacts/.
+# Fuzz a fleetlink decoder for a bounded time; exit non-zero on any crash.
+#   tests/fuzz/run-fuzz.sh BUILD_DIR [SECONDS] [TARGET]     (default 60 s, fuzz_codec)
+# TARGET: fuzz_codec (the frame decoder) or fuzz_mesh_codec (the mesh note decoder).
+# Configures a separate clang build of tests/fuzz in BUILD_DIR, builds TARGET with
+# libFuzzer + ASan + UBSan, seeds it (fuzz_codec from tests/vectors/frames.txt,
+# fuzz_mesh_codec from make_mesh_corpus.py) and runs it with -max_total_time.
+# A crash leaves the input in BUILD_DIR/artifacts/ (fuzz_mesh_codec: BUILD_DIR/mesh/artifacts/).
 set -euo pipefail
 
 if [ $# -lt 1 ]; then
@@ -13,26 +15,32 @@ fi
 build_dir=$1
 seconds=${2:-60}
 case $seconds in ''|*[!0-9]*) echo "SECONDS must be a whole number" >&2; exit 2 ;; esac
+target=${3:-fuzz_codec}
+case $target in
+  fuzz_codec) what="the frame decoder"; out=$build_dir; max_len=20000 ;;
+  fuzz_mesh_codec) what="the mesh note decoder"; out=$build_dir/mesh; max_len=8192 ;;
+  *) echo "TARGET must be fuzz_codec or fuzz_mesh_codec" >&2; exit 2 ;;
+esac
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 command -v clang++ >/dev/null || { echo "run-fuzz: clang++ not found (apt-get install clang)" >&2; exit 2; }
 
 cmake -S "$here" -B "$build_dir" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build_dir" -j2 --target fuzz_codec
+cmake --build "$build_dir" -j2 --target "$target"
 
-corpus=$build_dir/corpus        # grows with what the fuzzer finds; seeds stay untouched
-artifacts=$build_dir/artifacts
+corpus=$out/corpus        # grows with what the fuzzer finds; seeds stay untouched
+artifacts=$out/artifacts
 mkdir -p "$corpus" "$artifacts"
 rm -f "$artifacts"/crash-* "$artifacts"/leak-* "$artifacts"/timeout-* "$artifacts"/oom-*
 
-echo "run-fuzz: fuzzing the frame decoder for ${seconds}s"
+echo "run-fuzz: fuzzing $what for ${seconds}s"
 set +e
-"$build_dir/fuzz_codec" "$corpus" "$build_dir/seeds" \
-  -max_total_time="$seconds" -max_len=20000 -timeout=10 -rss_limit_mb=1024 \
-  -artifact_prefix="$artifacts/" -print_final_stats=1 2>"$build_dir/fuzz.log"
+"$build_dir/$target" "$corpus" "$out/seeds" \
+  -max_total_time="$seconds" -max_len="$max_len" -timeout=10 -rss_limit_mb=1024 \
+  -artifact_prefix="$artifacts/" -print_final_stats=1 2>"$out/fuzz.log"
 rc=$?
 set -e
-tail -n 20 "$build_dir/fuzz.log"
+tail -n 20 "$out/fuzz.log"
 if [ $rc -ne 0 ]; then
   echo "run-fuzz: FAILED (exit $rc); reproducer(s):" >&2
   ls -l "$artifacts" >&2

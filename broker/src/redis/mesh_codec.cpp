@@ -1,11 +1,28 @@
 #include "redis/mesh_codec.hpp"
 
+#include <limits>
+#include <stdexcept>
+
 #include <nlohmann/json.hpp>
 
 namespace fleetlink::broker::redis {
 namespace {
 
 using nlohmann::json;
+
+struct BadNumber : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A seq, a time, a count: a JSON integer >= 0 that fits T. get<T>() would take
+// -1, 1.5, true or 1e30 and cast it (wrapped, truncated, or undefined behaviour).
+template <typename T>
+T whole(const json& j, const char* key) {
+  const json& v = j.at(key);
+  if (!v.is_number_unsigned() || v.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<T>::max()))
+    throw BadNumber(std::string(key) + " is not a whole number in range");
+  return static_cast<T>(v.get<std::uint64_t>());
+}
 
 json request_json(const CommandRequest& r) {
   json j{{"rig_id", r.rig_id}, {"kind", r.kind},   {"args", r.args},       {"cmd_id", r.cmd_id},
@@ -24,8 +41,8 @@ CommandRequest request_of(const json& j) {
   r.idempotency_key = j.at("key").get<std::string>();
   r.hold = j.at("hold").get<bool>();
   r.job_id = j.at("job_id").get<std::string>();
-  if (j.contains("deliver_within_s")) r.deliver_within_s = j.at("deliver_within_s").get<std::uint32_t>();
-  if (j.contains("timeout_s")) r.timeout_s = j.at("timeout_s").get<std::uint32_t>();
+  if (j.contains("deliver_within_s")) r.deliver_within_s = whole<std::uint32_t>(j, "deliver_within_s");
+  if (j.contains("timeout_s")) r.timeout_s = whole<std::uint32_t>(j, "timeout_s");
   return r;
 }
 
@@ -64,13 +81,13 @@ Expected<EnqueueOutcome> outcome_of(const json& j) {
     EnqueueOk ok;
     ok.cmd_id = j.at("cmd_id").get<std::string>();
     ok.rig_id = j.at("rig_id").get<std::string>();
-    ok.seq = j.at("seq").get<std::uint64_t>();
+    ok.seq = whole<std::uint64_t>(j, "seq");
     const auto state = command_state_from_string(j.at("state").get<std::string>());
     if (!state) return make_error(Errc::malformed, "mesh note: unknown command state");
     ok.state = *state;
     ok.existing = j.at("existing").get<bool>();
     ok.held = j.at("held").get<bool>();
-    ok.deliver_by_ms = j.at("deliver_by_ms").get<std::uint64_t>();
+    ok.deliver_by_ms = whole<std::uint64_t>(j, "deliver_by_ms");
     return EnqueueOutcome{std::move(ok)};
   }
   EnqueueFailure f;
@@ -79,10 +96,10 @@ Expected<EnqueueOutcome> outcome_of(const json& j) {
   f.error = *e;
   f.rig_id = j.at("rig_id").get<std::string>();
   f.detail = j.at("detail").get<std::string>();
-  f.last_ack_seq = j.at("last_ack_seq").get<std::uint64_t>();
+  f.last_ack_seq = whole<std::uint64_t>(j, "last_ack_seq");
   f.suggested_action = j.at("suggested_action").get<std::string>();
   f.cmd_id = j.at("cmd_id").get<std::string>();
-  if (j.contains("last_ack_at_ms")) f.last_ack_at_ms = j.at("last_ack_at_ms").get<std::uint64_t>();
+  if (j.contains("last_ack_at_ms")) f.last_ack_at_ms = whole<std::uint64_t>(j, "last_ack_at_ms");
   return EnqueueOutcome{std::move(f)};
 }
 
@@ -100,8 +117,8 @@ RigRecord rig_of(const json& j) {
   r.labels = j.at("labels").get<StringMap>();
   r.kinds = j.at("kinds").get<std::vector<std::string>>();
   r.broker_id = j.at("broker_id").get<std::string>();
-  r.first_seen_ms = j.at("first_seen_ms").get<std::uint64_t>();
-  r.last_seen_ms = j.at("last_seen_ms").get<std::uint64_t>();
+  r.first_seen_ms = whole<std::uint64_t>(j, "first_seen_ms");
+  r.last_seen_ms = whole<std::uint64_t>(j, "last_seen_ms");
   return r;
 }
 
@@ -152,14 +169,14 @@ Expected<MeshNote> decode_note(std::string_view text) {
   const json j = json::parse(text.begin(), text.end(), nullptr, false);
   if (j.is_discarded() || !j.is_object()) return make_error(Errc::malformed, "mesh note: not a JSON object");
   try {
-    if (j.at("v").get<int>() != kMeshNoteVersion) return make_error(Errc::malformed, "mesh note: unknown version");
+    if (whole<int>(j, "v") != kMeshNoteVersion) return make_error(Errc::malformed, "mesh note: unknown version");
     MeshNote n;
     const auto kind = mesh_kind_from_string(j.at("kind").get<std::string>());
     if (!kind) return make_error(Errc::malformed, "mesh note: unknown kind");
     n.kind = *kind;
     n.from = j.at("from").get<std::string>();
     if (n.from.empty()) return make_error(Errc::malformed, "mesh note: no sender");
-    n.ask = j.at("ask").get<std::uint64_t>();
+    n.ask = whole<std::uint64_t>(j, "ask");
     n.rig_id = j.at("rig_id").get<std::string>();
     n.boot_id = j.at("boot_id").get<std::string>();
     n.cmd_id = j.at("cmd_id").get<std::string>();
@@ -179,7 +196,7 @@ Expected<MeshNote> decode_note(std::string_view text) {
       const auto type = event_type_from_string(e.at("type").get<std::string>());
       if (!type) return make_error(Errc::malformed, "mesh note: unknown event type");
       n.event = FleetEvent{*type, e.at("rig_id").get<std::string>(), e.at("cmd_id").get<std::string>(),
-                           e.at("detail").get<std::string>(), e.at("at_ms").get<std::uint64_t>()};
+                           e.at("detail").get<std::string>(), whole<std::uint64_t>(e, "at_ms")};
     }
     if (j.contains("rig")) n.rig = rig_of(j.at("rig"));
     // What each kind needs.
@@ -190,6 +207,8 @@ Expected<MeshNote> decode_note(std::string_view text) {
     if (n.kind == MeshKind::rig_seen && !n.rig) return make_error(Errc::malformed, "mesh note: rig_seen without a rig");
     return n;
   } catch (const json::exception& e) {
+    return make_error(Errc::malformed, std::string("mesh note: ") + e.what());
+  } catch (const BadNumber& e) {
     return make_error(Errc::malformed, std::string("mesh note: ") + e.what());
   }
 }
