@@ -105,8 +105,11 @@ class SeveralBrokersTest(LabTestCase):
     def redis(self, **kw):
         return Redis(self.lab, **kw)
 
+    STORE = "sqlite"  # one SQLite file in a state directory all brokers share (one host)
+
     def broker(self, name, redis, **kw):
-        opts = dict(registry="redis", redis=f"127.0.0.1:{redis.port}", state_dir=self.state_dir,
+        state_dir = self.state_dir if self.STORE == "sqlite" else self.lab.path(f"{name}-state")
+        opts = dict(registry="redis", redis=f"127.0.0.1:{redis.port}", store=self.STORE, state_dir=state_dir,
                     registry_refresh_ms=1000, registry_ttl_ms=5000, mesh_answer_ms=3000,
                     ping_interval_ms=1000, pong_timeout_ms=1000, max_missed_pongs=2,
                     cancel_grace_ms=5000, reconcile_grace_ms=10000,
@@ -329,8 +332,7 @@ class SeveralBrokersTest(LabTestCase):
         self.assertEqual(body["error"], "registry_unavailable", body)
         # Redis back on its port, empty (no persistence): every live rig's entry is written again.
         redis.start()
-        wait_for(lambda: redis.cli("GET", "rig:rig-ra").startswith("0") or "|ra" in redis.cli("GET", "rig:rig-ra"),
-                 15, what="rig-ra re-registered")
+        wait_for(lambda: "|ra" in redis.cli("GET", "rig:rig-ra"), 15, what="rig-ra re-registered")
         wait_for(lambda: "|rb" in redis.cli("GET", "rig:rig-rb"), 15, what="rig-rb re-registered")
         wait_for(lambda: a.api("GET", "/readyz")[0] == 200, 10, what="ra ready again")
         routed = self.post(a, "rig-rb")
@@ -386,6 +388,40 @@ class SeveralBrokersTest(LabTestCase):
         ids = [self.post(a, r)["cmd_id"] for r in rigs] + [self.post(b, r)["cmd_id"] for r in rigs]
         self.assert_succeeded(self.wait_states(b, ids))
         self.assert_ran_once(ids)
+
+
+class SeveralBrokersRedisStoreTest(SeveralBrokersTest):
+    """The same, with the command store on Redis (--store redis) and a state
+    directory per broker, as brokers on separate hosts have."""
+
+    STORE = "redis"
+
+    def test_redis_away_local_rigs_served_others_503_then_reregistered_without_reconnects(self):
+        # The store is Redis too: while it is away nothing new can be recorded,
+        # so nothing new is promised (503 store_unavailable); rigs stay connected,
+        # and when it is back their entries are written again and work goes on.
+        redis = self.redis()
+        a, b = self.broker("ra", redis), self.broker("rb", redis)
+        self.agent("rig-ra", [a])
+        self.agent("rig-rb", [b])
+        wait_for(lambda: {"rig-ra", "rig-rb"} <= set(a.rigs()), 15, what="both rigs seen from ra")
+        hellos_before = a.log().count("hello rig=rig-ra"), b.log().count("hello rig=rig-rb")
+        redis.stop()
+        wait_for(lambda: a.api("GET", "/readyz")[0] == 503, 10, what="ra not ready")
+        status, body = a.api("POST", "/v1/rigs/rig-ra/commands", {"kind": "work"})
+        self.assertEqual((status, body["error"]), (503, "store_unavailable"), body)
+        status, body = a.api("POST", "/v1/rigs/rig-rb/commands", {"kind": "work"})
+        self.assertEqual((status, body["error"]), (503, "registry_unavailable"), body)
+        redis.start()
+        wait_for(lambda: "|ra" in redis.cli("GET", "rig:rig-ra"), 15, what="rig-ra re-registered")
+        wait_for(lambda: "|rb" in redis.cli("GET", "rig:rig-rb"), 15, what="rig-rb re-registered")
+        wait_for(lambda: a.api("GET", "/readyz")[0] == 200, 10, what="ra ready again")
+        mine = self.post(a, "rig-ra")["cmd_id"]
+        routed = self.post(a, "rig-rb")
+        self.assertEqual(routed.get("broker"), "rb", routed)
+        self.assert_succeeded(self.wait_states(b, [mine, routed["cmd_id"]]))
+        self.assertEqual((a.log().count("hello rig=rig-ra"), b.log().count("hello rig=rig-rb")), hellos_before)
+        self.assert_ran_once([mine, routed["cmd_id"]])
 
 
 if __name__ == "__main__":

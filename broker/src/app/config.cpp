@@ -72,8 +72,11 @@ ParseOutcome parse_command_line(int argc, char** argv) {
   app.add_option("--drain-deadline-ms", cfg.drain_deadline_ms, "default: window + 5000");
   app.add_option("--command-history", cfg.command_history, "finished commands kept in memory")
       ->check(CLI::Range(1u, 10000000u));
-  app.add_option("--store", cfg.store, "where commands are recorded: sqlite (in --state-dir) or none (memory only)")
-      ->check(CLI::IsMember({"sqlite", "none"}));
+  app.add_option("--store", cfg.store,
+                 "where commands are recorded: sqlite (in --state-dir), redis (with --registry redis: shared by "
+                 "every broker) or none (memory only)")
+      ->check(CLI::IsMember({"sqlite", "redis", "none"}))
+      ->capture_default_str();
   app.add_option("--state-dir", cfg.state_dir, "the broker's state: commands.db (and the ticket key if so set)");
   app.add_option("--store-commit-interval-ms", cfg.store_commit_interval_ms,
                  "steps of commands are committed at least this often (new commands at once)")
@@ -154,6 +157,8 @@ Expected<void> validate(const BrokerConfig& cfg) {
   if (cfg.retry_after_min_s > cfg.retry_after_max_s)
     return make_error(Errc::invalid_argument, "--retry-after-min-s is larger than --retry-after-max-s");
   if (cfg.outbox_capacity == 0) return make_error(Errc::invalid_argument, "--outbox-capacity must be at least 1");
+  if (cfg.store == "redis" && cfg.registry != "redis")
+    return make_error(Errc::invalid_argument, "--store redis needs --registry redis (the same Redis)");
   if (cfg.registry_refresh_ms * 2 > cfg.registry_ttl_ms)
     return make_error(Errc::invalid_argument,
                       "--registry-refresh-ms must be at most half of --registry-ttl-ms (an entry would expire "

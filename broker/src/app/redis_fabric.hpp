@@ -11,6 +11,7 @@
 #include "redis/redis_connection.hpp"
 #include "redis/redis_mesh.hpp"
 #include "redis/redis_registry.hpp"
+#include "redis/redis_store.hpp"
 
 namespace fleetlink::broker {
 
@@ -26,6 +27,8 @@ class RedisFabric {
   const std::string& endpoint() const noexcept { return commands_.endpoint(); }
   std::uint64_t reconnects() const noexcept { return commands_.connects() > 0 ? commands_.connects() - 1 : 0; }
   const redis::RedisMesh& mesh_stats() const noexcept { return mesh_; }
+  // --store redis: the command store on this fabric's connection (once).
+  std::unique_ptr<CommandStore> make_store(uv_loop_t* loop, const BrokerConfig& cfg);
 
   // Hands the mesh's notes to `core` and the registry's recoveries, and connects.
   // `after_note` runs after each note and each reply was handled (the application wakes lws:
@@ -37,6 +40,7 @@ class RedisFabric {
   redis::RedisConnection listener_;
   redis::RedisRegistry registry_;
   redis::RedisMesh mesh_;
+  redis::RedisStore* store_ = nullptr;  // owned by the application
 };
 
 }  // namespace fleetlink::broker

@@ -51,23 +51,39 @@ HttpResponse get_commands(const RouteContext& ctx) {
       return json_error(400, "bad_request", "\"limit\" must be 1.." + std::to_string(kMaxListLimit));
     query.limit = static_cast<std::size_t>(limit);
   }
-  json list = json::array();
-  std::string last;
-  for (const CommandView& v : ctx.fleet.list_commands(query)) {
-    json j = command_json(v);
-    j.erase("result");  // the list stays small: GET /v1/commands/{id} has the output
-    list.push_back(std::move(j));
-    last = v.cmd_id;
-  }
-  const bool more = list.size() == query.limit;
-  return json_response(200, json{{"commands", std::move(list)}, {"next_before", more ? json(last) : json(nullptr)}});
+  auto render = [limit = query.limit](const std::vector<CommandView>& found) {
+    json list = json::array();
+    std::string last;
+    for (const CommandView& v : found) {
+      json j = command_json(v);
+      j.erase("result");  // the list stays small: GET /v1/commands/{id} has the output
+      list.push_back(std::move(j));
+      last = v.cmd_id;
+    }
+    const bool more = list.size() == limit;
+    return json_response(200, json{{"commands", std::move(list)}, {"next_before", more ? json(last) : json(nullptr)}});
+  };
+  if (!ctx.fleet.reads_later()) return render(ctx.fleet.list_commands(query));
+  // A store that answers later (Redis): the answer comes with its reply.
+  HttpResponse r = json_error(503, "shutting_down", "the broker is shutting down");
+  r.deferred = [query, render](Fleet& fleet, HttpResponse::Answer answer) {
+    fleet.list_commands_then(query, [render, answer](std::vector<CommandView> found) { answer(render(found)); });
+  };
+  return r;
 }
 
 HttpResponse get_command(const RouteContext& ctx) {
   const std::string& cmd_id = ctx.params.get("cmd");
   const std::optional<CommandView> cmd = ctx.fleet.command(cmd_id);
-  if (!cmd) return unknown_command(cmd_id);
-  return json_response(200, command_json(*cmd));
+  if (cmd) return json_response(200, command_json(*cmd));
+  if (!ctx.fleet.reads_later()) return unknown_command(cmd_id);
+  HttpResponse r = json_error(503, "shutting_down", "the broker is shutting down");
+  r.deferred = [cmd_id](Fleet& fleet, HttpResponse::Answer answer) {
+    fleet.command_then(cmd_id, [cmd_id, answer](std::optional<CommandView> found) {
+      answer(found ? json_response(200, command_json(*found)) : unknown_command(cmd_id));
+    });
+  };
+  return r;
 }
 
 // A command not yet at its rig is cancelled at once (200); otherwise the rig is

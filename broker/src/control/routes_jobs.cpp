@@ -189,19 +189,48 @@ HttpResponse post_job_as(const RouteContext& ctx, bool batch_alias) {
   return r;
 }
 
+// {"jobs":[heads...],"next_before":<last or null>}
+std::string jobs_page(const std::vector<std::string>& heads, const std::string* next_before) {
+  std::string out = "{\"jobs\":[";
+  for (std::size_t i = 0; i < heads.size(); ++i) {
+    if (i > 0) out += ',';
+    out += heads[i];
+  }
+  out += "],\"next_before\":";
+  if (next_before != nullptr) {
+    append_json_value(out, *next_before);
+  } else {
+    out += "null";
+  }
+  out += '}';
+  return out;
+}
+
 HttpResponse get_job_as(const RouteContext& ctx, const std::string& job_id, bool batch_alias) {
   bool with_rigs = true;
   if (!want_rig_list(ctx.request, with_rigs)) return json_error(400, "bad_request", "\"rigs\" must be true or false");
   if (const Job* job = ctx.options.jobs ? ctx.options.jobs->find(job_id) : nullptr)
     return text_response(200, job_json_text(*job, &ctx.fleet, with_rigs, batch_alias));
-  std::optional<JobRecord> record;
-  if (ctx.options.store != nullptr)
-    ctx.options.store->find_job(job_id, [&](std::optional<JobRecord> found) { record = std::move(found); });
-  if (!record) return unknown_job(job_id, batch_alias);
-  Expected<Job> stored = job_from_record(*record, with_rigs);
-  if (!stored) return json_error(500, "bad_record", stored.error().detail);
   // Not running here: its dispatched rigs' states are the store's, through the fleet.
-  return text_response(200, job_json_text(*stored, &ctx.fleet, with_rigs, batch_alias));
+  auto render = [job_id, with_rigs, batch_alias](const Fleet& fleet, const std::optional<JobRecord>& record) {
+    if (!record) return unknown_job(job_id, batch_alias);
+    Expected<Job> stored = job_from_record(*record, with_rigs);
+    if (!stored) return json_error(500, "bad_record", stored.error().detail);
+    return text_response(200, job_json_text(*stored, &fleet, with_rigs, batch_alias));
+  };
+  CommandStore* store = ctx.options.store;
+  if (store == nullptr) return unknown_job(job_id, batch_alias);
+  if (!store->answers_at_once()) {
+    // A store that answers later (Redis): the answer comes with its reply.
+    HttpResponse r = json_error(503, "shutting_down", "the broker is shutting down");
+    r.deferred = [store, job_id, render](Fleet& fleet, HttpResponse::Answer answer) {
+      store->find_job(job_id, [&fleet, render, answer](std::optional<JobRecord> found) { answer(render(fleet, found)); });
+    };
+    return r;
+  }
+  std::optional<JobRecord> record;
+  store->find_job(job_id, [&](std::optional<JobRecord> found) { record = std::move(found); });
+  return render(ctx.fleet, record);
 }
 
 }  // namespace
@@ -244,6 +273,33 @@ HttpResponse get_jobs(const RouteContext& ctx) {
     last = job.job_id;
   };
   CommandStore* store = ctx.options.store;
+  if (store != nullptr && store->durable() && !store->answers_at_once()) {
+    // A store that answers later (Redis): one page, answered with its reply.
+    JobQuery query;
+    if (state) query.finished = *state != JobState::running;
+    query.since_ms = since_ms;
+    query.before_job_id = before;
+    query.limit = limit;
+    query.head_only = true;
+    HttpResponse r = json_error(503, "shutting_down", "the broker is shutting down");
+    r.deferred = [store, query, state, limit, table](Fleet&, HttpResponse::Answer answer) {
+      store->list_jobs(query, [state, limit, table, answer](std::vector<JobRecord> records) {
+        std::vector<std::string> page;
+        std::string page_last;
+        for (const JobRecord& record : records) {
+          if (page.size() == limit) break;
+          page_last = record.job_id;
+          if (const Job* mine = table ? table->find(record.job_id) : nullptr) {
+            if (!state || mine->state() == *state) page.push_back(job_json_text(*mine, nullptr, false));
+          } else if (Expected<Job> stored = job_from_record(record, false)) {
+            if (!state || stored->state() == *state) page.push_back(job_json_text(*stored, nullptr, false));
+          }
+        }
+        answer(text_response(200, jobs_page(page, page.size() == limit ? &page_last : nullptr)));
+      });
+    };
+    return r;
+  }
   if (store != nullptr && store->durable()) {
     // The store's history, with the jobs running here fresher than their last save.
     JobQuery query;
@@ -275,19 +331,7 @@ HttpResponse get_jobs(const RouteContext& ctx) {
       take(job);
     });
   }
-  std::string out = "{\"jobs\":[";
-  for (std::size_t i = 0; i < heads.size(); ++i) {
-    if (i > 0) out += ',';
-    out += heads[i];
-  }
-  out += "],\"next_before\":";
-  if (heads.size() == limit) {
-    append_json_value(out, last);
-  } else {
-    out += "null";
-  }
-  out += '}';
-  return text_response(200, std::move(out));
+  return text_response(200, jobs_page(heads, heads.size() == limit ? &last : nullptr));
 }
 
 }  // namespace fleetlink::broker::handlers

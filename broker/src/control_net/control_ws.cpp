@@ -86,15 +86,24 @@ void on_stream_line(StreamSession* s, std::string_view line, std::vector<StreamS
 
 // A command whose record was being written while its rig acknowledged (or
 // finished) it: those lines now, from its state; otherwise watched for them.
-void report_or_watch(StreamSession* s, const std::string& cmd_id, std::string ref, bool until_done) {
+void report_or_watch(StreamSession* s, const std::string& cmd_id, std::string ref, bool until_done,
+                     CommandState answered) {
   bool acked = false, final_state = false, duplicate = false;
   std::string state_name;
-  s->state->fleet->read_command(cmd_id, [&](const CommandView& c) {
+  const bool here = s->state->fleet->read_command(cmd_id, [&](const CommandView& c) {
     final_state = is_final(c.state);
     acked = c.acked_at_ms.has_value() || c.state == CommandState::acked || c.state == CommandState::running;
     duplicate = c.duplicate;
     state_name = to_string(c.state);
   });
+  if (!here) {
+    // Held by another broker: the state its answer gave (an ACK, or its end,
+    // may have come before the answer did).
+    final_state = is_final(answered);
+    acked = answered != CommandState::queued && answered != CommandState::sent &&
+            answered != CommandState::undeliverable && answered != CommandState::rejected;
+    state_name = to_string(answered);
+  }
   if (acked) queue_line(s, stream::event_line("acked", ref, cmd_id, duplicate ? "duplicate" : ""));
   if (final_state && (until_done || !acked)) queue_line(s, stream::event_line("done", ref, cmd_id, state_name));
   if (final_state || (acked && !until_done)) return;
@@ -118,7 +127,7 @@ void settle_answers(StreamSession* s, std::vector<StreamSession::Pending>& answe
         continue;
       }
       queue_line(s, stream::queued_line(a.ref, *ok));
-      report_or_watch(s, ok->cmd_id, std::move(a.ref), a.until_done);
+      report_or_watch(s, ok->cmd_id, std::move(a.ref), a.until_done, ok->state);
     } else {
       queue_line(s, stream::refused_line(a.ref, std::get<EnqueueFailure>(*a.outcome)));
     }

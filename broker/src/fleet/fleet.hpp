@@ -225,6 +225,16 @@ class Fleet {
   }
   // History, newest first: the store's, with what memory knows fresher.
   virtual std::vector<CommandView> list_commands(const CommandQuery& query) const = 0;
+  // A store that answers later (Redis): command() and list_commands() know only
+  // memory; these ask the store and answer from the loop (at once otherwise).
+  virtual bool reads_later() const { return false; }
+  virtual void command_then(std::string_view cmd_id, std::function<void(std::optional<CommandView>)> done) const {
+    done(command(cmd_id));
+  }
+  virtual void list_commands_then(const CommandQuery& query,
+                                  std::function<void(std::vector<CommandView>)> done) const {
+    done(list_commands(query));
+  }
   // Close the rig's connection (CloseCode::forced_reconnect). False if not connected.
   virtual bool force_reconnect(std::string_view rig_id) = 0;
   virtual CancelOutcome cancel(std::string_view cmd_id) = 0;

@@ -223,6 +223,7 @@ CommandView* FleetCore::adopt(CommandView record) {
 
 CommandView* FleetCore::find_command(std::string_view cmd_id) {
   if (CommandView* v = commands_.find(cmd_id)) return v;
+  if (!store_.answers_at_once()) return nullptr;  // read with fetch_then / command_then
   std::optional<CommandView> found;
   store_.find(cmd_id, [&](std::optional<CommandView> v) { found = std::move(v); });
   return found ? adopt(std::move(*found)) : nullptr;
@@ -230,6 +231,7 @@ CommandView* FleetCore::find_command(std::string_view cmd_id) {
 
 std::optional<CommandView> FleetCore::command(std::string_view cmd_id) const {
   if (const CommandView* v = commands_.find(cmd_id)) return *v;
+  if (!store_.answers_at_once()) return std::nullopt;  // command_then reads it
   std::optional<CommandView> found;
   store_.find(cmd_id, [&](std::optional<CommandView> v) { found = std::move(v); });
   return found;
@@ -245,9 +247,41 @@ bool FleetCore::read_command(std::string_view cmd_id, const std::function<void(c
   return v.has_value();
 }
 
+bool FleetCore::reads_later() const { return !store_.answers_at_once(); }
+
+void FleetCore::command_then(std::string_view cmd_id, std::function<void(std::optional<CommandView>)> done) const {
+  if (const CommandView* v = commands_.find(cmd_id)) return done(*v);
+  store_.find(cmd_id, std::move(done));
+}
+
+void FleetCore::list_commands_then(const CommandQuery& query, std::function<void(std::vector<CommandView>)> done) const {
+  if (store_.answers_at_once() || !store_.durable()) return done(list_commands(query));
+  for (const CmdKey& key : unsaved_)
+    if (const CommandView* v = commands_.find(key.view()); v && v->unsaved) store_.put_command(*v, v->unsaved_result);
+  const std::optional<CommandState> state = query.state;
+  store_.list_commands(query, [this, state, done = std::move(done)](std::vector<CommandView> out) {
+    for (CommandView& v : out)  // memory knows the steps not committed yet
+      if (const CommandView* mine = commands_.find(v.cmd_id)) v = *mine;
+    if (state) std::erase_if(out, [&](const CommandView& v) { return v.state != *state; });
+    done(std::move(out));
+  });
+}
+
+bool FleetCore::fetch_then(RigSession& s, std::string_view cmd_id, std::function<void(RigSession&)> again) {
+  if (store_.answers_at_once() || commands_.find(cmd_id) != nullptr) return false;
+  // Not in memory and the store answers later (Redis): read it, then go on
+  // with the frame if the connection is still there.
+  store_.find(cmd_id, [this, rig = s.rig_id, serial = s.serial, again = std::move(again)](std::optional<CommandView> v) {
+    if (v && commands_.find(v->cmd_id) == nullptr) adopt(std::move(*v));
+    RigSession* now = registry_.find(rig);
+    if (now != nullptr && now->serial == serial && now->phase == SessionPhase::live) again(*now);
+  });
+  return true;
+}
+
 std::vector<CommandView> FleetCore::list_commands(const CommandQuery& query) const {
   std::vector<CommandView> out;
-  if (store_.durable()) {
+  if (store_.durable() && store_.answers_at_once()) {
     // Steps of the current interval into the store's buffer first, so that a
     // filter on state sees them (they are written there again at the interval).
     for (const CmdKey& key : unsaved_)
@@ -340,7 +374,8 @@ EnqueueOutcome FleetCore::enqueue(CommandRequest req) {
   if (!req.cmd_id.empty()) existing = find_command(req.cmd_id);
   if (!existing && !req.idempotency_key.empty()) {
     existing = commands_.find_by_key(req.idempotency_key);
-    if (!existing) {
+    // A store that answers later (Redis): memory's, and the store keeps the first command's key.
+    if (!existing && store_.answers_at_once()) {
       std::optional<CommandView> stored;
       store_.find_by_key(req.idempotency_key, [&](std::optional<CommandView> v) { stored = std::move(v); });
       if (stored) existing = adopt(std::move(*stored));
@@ -429,11 +464,21 @@ void FleetCore::deliver_open(RigSession& s) {
     auto [read, first] = foreign_read_.try_emplace(s.rig_id, foreign);
     if (first || read->second != foreign) {
       read->second = foreign;
-      store_.open_commands_of(s.rig_id, [&](std::vector<CommandView> records) {
+      const bool later = !store_.answers_at_once();
+      store_.open_commands_of(s.rig_id, [this, later, rig = s.rig_id, serial = s.serial](std::vector<CommandView> records) {
         for (CommandView& r : records) adopt(std::move(r));
+        if (!later) return;
+        // Read from the loop: the rest goes now, if the connection is still there.
+        RigSession* now = registry_.find(rig);
+        if (now != nullptr && now->serial == serial && now->phase == SessionPhase::live) deliver_known(*now);
       });
+      if (later) return;
     }
   }
+  deliver_known(s);
+}
+
+void FleetCore::deliver_known(RigSession& s) {
   if (const auto owed = owed_cancels_.find(s.rig_id); owed != owed_cancels_.end()) {
     std::vector<std::string> ids = std::move(owed->second);
     owed_cancels_.erase(owed);
@@ -543,7 +588,7 @@ void FleetCore::end(CommandView& v, CommandState state, std::string detail) {
 }
 
 CancelOutcome FleetCore::cancel(std::string_view cmd_id) {
-  CommandView* v = find_command(cmd_id);
+  CommandView* v = store_.answers_at_once() ? find_command(cmd_id) : commands_.find(cmd_id);
   if (!v) return CancelOutcome::unknown;
   if (is_final(v->state)) return CancelOutcome::finished;
   if (v->cancel_requested_at_ms) return CancelOutcome::pending;

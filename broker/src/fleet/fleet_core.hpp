@@ -150,6 +150,9 @@ class FleetCore final : public Fleet {
   std::optional<CommandView> command(std::string_view cmd_id) const override;
   bool read_command(std::string_view cmd_id, const std::function<void(const CommandView&)>& read) const override;
   std::vector<CommandView> list_commands(const CommandQuery& query) const override;
+  bool reads_later() const override;
+  void command_then(std::string_view cmd_id, std::function<void(std::optional<CommandView>)> done) const override;
+  void list_commands_then(const CommandQuery& query, std::function<void(std::vector<CommandView>)> done) const override;
   bool force_reconnect(std::string_view rig_id) override;
   CancelOutcome cancel(std::string_view cmd_id) override;
   void start_drain(std::chrono::milliseconds window) override;
@@ -193,7 +196,8 @@ class FleetCore final : public Fleet {
   struct MeshAsk {
     MeshKind answer = MeshKind::command_answer;
     std::uint64_t deadline_ms = 0;   // wall clock
-    std::size_t answers_due = 1;     // a broadcast: every other broker answers
+    std::size_t answers_due = 1;     // a broadcast: every other broker answers (0: not known yet)
+    std::size_t answers_seen = 0;    // "not mine" answers so far
     std::function<void(const MeshNote* answer)> done;  // null: nobody held it, or no answer in time
   };
   std::uint64_t start_ask(MeshKind answer, std::function<void(const MeshNote*)> done);
@@ -201,6 +205,7 @@ class FleetCore final : public Fleet {
   void expire_asks();
   void answer_note(const MeshNote& asked, MeshNote answer);
   void enqueue_here(CommandRequest request, std::function<void(RoutedOutcome)> done);
+  void cancel_here(const std::string& cmd_id, std::function<void(CancelOutcome)> done);
   void relay(const FleetEvent& event);
   void announce(const RigSession& s);  // rig_seen to every broker
   void heard_of(const MeshNote& note);  // rig_seen, rig_connected/disconnected from another broker
@@ -224,6 +229,11 @@ class FleetCore final : public Fleet {
   // Sends a rig's open commands on its new connection (and settles what the
   // connection's boot_id tells: a reboot done, commands of an old boot to reconcile).
   void deliver_open(RigSession& s);
+  void deliver_known(RigSession& s);  // deliver_open's part after the store was read
+  // A frame about a command neither memory has nor a store answering at once:
+  // true when it is being read (`again` runs with the session when it is in
+  // memory, if it is in the store); false: go on now.
+  bool fetch_then(RigSession& s, std::string_view cmd_id, std::function<void(RigSession&)> again);
   // Moves commands from the backlog into the outbox while there is room.
   void fill_outbox(RigSession& s);
   // Takes a command out of its rig's outbox or backlog (it will not be sent).

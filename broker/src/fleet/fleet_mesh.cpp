@@ -27,7 +27,7 @@ EnqueueFailure route_failure(EnqueueError e, const std::string& rig_id, std::str
 
 std::uint64_t FleetCore::start_ask(MeshKind answer, std::function<void(const MeshNote*)> done) {
   const std::uint64_t id = ++next_ask_;
-  asks_.emplace(id, MeshAsk{answer, clock_.wall_ms() + settings_.mesh_answer_ms, 1, std::move(done)});
+  asks_.emplace(id, MeshAsk{answer, clock_.wall_ms() + settings_.mesh_answer_ms, 1, 0, std::move(done)});
   return id;
 }
 
@@ -61,8 +61,9 @@ bool FleetCore::routes_elsewhere(std::string_view rig_id) const {
 }
 
 bool FleetCore::cancel_routes_elsewhere(std::string_view cmd_id) const {
-  if (mesh_ == nullptr || !registry_.shared()) return false;
   const CommandView* v = commands_.find(cmd_id);
+  if (v == nullptr && !store_.answers_at_once()) return true;  // read from the store first (cancel_routed)
+  if (mesh_ == nullptr || !registry_.shared()) return false;
   // Known here and its rig here (or already over): this broker's to answer.
   return v == nullptr || (!is_final(v->state) && registry_.find(v->rig_id) == nullptr);
 }
@@ -96,7 +97,8 @@ void FleetCore::enqueue_routed(CommandRequest request, std::function<void(Routed
     const std::uint64_t ask = start_ask(MeshKind::command_answer, [this, finish, owner_id, cmd_id,
                                                                  rig_id = request.rig_id](const MeshNote* a) {
       if (a != nullptr && a->outcome) {
-        RoutedOutcome out{*a->outcome, std::nullopt, owner_id};
+        // Its owner's answer, or this broker's own when it held the command itself.
+        RoutedOutcome out{*a->outcome, std::nullopt, a->from.empty() ? owner_id : a->from};
         if (!a->unrecorded.empty()) out.unrecorded = make_error(Errc::io, a->unrecorded);
         (*finish)(std::move(out));
         return;
@@ -126,6 +128,7 @@ void FleetCore::enqueue_routed(CommandRequest request, std::function<void(Routed
                   request.hold = true;
                   enqueue_here(std::move(request), [settle = std::move(settle)](RoutedOutcome out) {
                     MeshNote local;
+                    local.from = out.broker_id;
                     local.outcome = std::move(out.outcome);
                     if (out.unrecorded) local.unrecorded = out.unrecorded->detail;
                     if (settle) settle(&local);
@@ -134,13 +137,24 @@ void FleetCore::enqueue_routed(CommandRequest request, std::function<void(Routed
   });
 }
 
-void FleetCore::cancel_routed(std::string_view cmd_id, std::function<void(CancelOutcome)> done) {
-  if (!cancel_routes_elsewhere(cmd_id)) return done(cancel(cmd_id));
-  // Whoever holds it cancels it; each broker answers whether it does.
-  const std::string id(cmd_id);
-  const std::uint64_t ask = start_ask(MeshKind::cancel_answer, [this, id, done](const MeshNote* a) {
-    done(a != nullptr ? a->cancel : cancel(id));  // nobody holds it: this broker's own answer
+void FleetCore::cancel_here(const std::string& cmd_id, std::function<void(CancelOutcome)> done) {
+  if (store_.answers_at_once() || commands_.find(cmd_id) != nullptr) return done(cancel(cmd_id));
+  store_.find(cmd_id, [this, cmd_id, done = std::move(done)](std::optional<CommandView> v) {
+    if (v && commands_.find(cmd_id) == nullptr) adopt(std::move(*v));
+    done(cancel(cmd_id));
   });
+}
+
+void FleetCore::cancel_routed(std::string_view cmd_id, std::function<void(CancelOutcome)> done) {
+  const std::string id(cmd_id);
+  if (mesh_ == nullptr || !registry_.shared() || !cancel_routes_elsewhere(cmd_id))
+    return cancel_here(id, std::move(done));
+  // Whoever holds it cancels it; each broker answers whether it does.
+  const std::uint64_t ask = start_ask(MeshKind::cancel_answer, [this, id, done](const MeshNote* a) {
+    if (a != nullptr) return done(a->cancel);
+    cancel_here(id, done);  // nobody holds it: this broker's own answer
+  });
+  asks_.at(ask).answers_due = 0;
   MeshNote note;
   note.kind = MeshKind::cancel;
   note.from = settings_.broker_id;
@@ -150,8 +164,8 @@ void FleetCore::cancel_routed(std::string_view cmd_id, std::function<void(Cancel
     const auto it = asks_.find(ask);
     if (it == asks_.end()) return;
     const std::size_t others = listeners && *listeners > 0 ? *listeners - 1 : 0;  // itself among them
-    if (others == 0) settle_ask(ask, nullptr);
-    else it->second.answers_due = others;
+    it->second.answers_due = others;
+    if (it->second.answers_seen >= others) settle_ask(ask, nullptr);  // every other broker said "not mine" already
   });
 }
 
@@ -162,6 +176,7 @@ void FleetCore::force_reconnect_routed(std::string_view rig_id, std::function<vo
     if (a != nullptr) return done(true, true);
     done(false, rig(id).has_value());
   });
+  asks_.at(ask).answers_due = 0;
   MeshNote note;
   note.kind = MeshKind::reconnect;
   note.from = settings_.broker_id;
@@ -170,9 +185,9 @@ void FleetCore::force_reconnect_routed(std::string_view rig_id, std::function<vo
   mesh_->broadcast(note, [this, ask](Expected<std::size_t> listeners) {
     const auto it = asks_.find(ask);
     if (it == asks_.end()) return;
-    const std::size_t others = listeners && *listeners > 0 ? *listeners - 1 : 0;
-    if (others == 0) settle_ask(ask, nullptr);
-    else it->second.answers_due = others;
+    const std::size_t others = listeners && *listeners > 0 ? *listeners - 1 : 0;  // itself among them
+    it->second.answers_due = others;
+    if (it->second.answers_seen >= others) settle_ask(ask, nullptr);  // every other broker said "not mine" already
   });
 }
 
@@ -200,6 +215,10 @@ void FleetCore::on_mesh(const MeshNote& note) {
     case MeshKind::command: {
       if (!note.command) return;
       enqueue_here(*note.command, [this, note](RoutedOutcome out) {
+        // Its state now, not at its enqueue: the rig may have acknowledged it while
+        // its record was written, and the asker cannot read it here.
+        if (auto* ok = std::get_if<EnqueueOk>(&out.outcome))
+          if (const CommandView* v = commands_.find(ok->cmd_id)) ok->state = v->state;
         MeshNote answer;
         answer.kind = MeshKind::command_answer;
         answer.rig_id = note.rig_id;
@@ -238,8 +257,9 @@ void FleetCore::on_mesh(const MeshNote& note) {
       const auto it = asks_.find(note.ask);
       if (it == asks_.end()) return;
       if (note.held) return settle_ask(note.ask, &note);
-      if (it->second.answers_due > 1) --it->second.answers_due;
-      else settle_ask(note.ask, nullptr);  // every other broker said it is not theirs
+      ++it->second.answers_seen;
+      // Every other broker said it is not theirs (their count comes with PUBLISH's answer).
+      if (it->second.answers_due != 0 && it->second.answers_seen >= it->second.answers_due) settle_ask(note.ask, nullptr);
       return;
     }
     case MeshKind::event:
@@ -281,6 +301,7 @@ void FleetCore::heard_of(const MeshNote& note) {
     if (it == remote_.end() || it->second.record.broker_id != note.from) return;
     RigRecord r = std::move(it->second.record);
     remote_.erase(it);
+    if (registry_.find(r.rig_id) != nullptr) return;  // it is here now
     r.last_seen_ms = note.event->at_ms;
     r.broker_id = note.from;
     offline_.insert_or_assign(r.rig_id, std::move(r));

@@ -106,7 +106,9 @@ void FleetCore::probe(RigSession& s) {
 
 RigSession* FleetCore::claiming_session(std::uint32_t serial) const {
   const auto it = claiming_.find(serial);
-  return it == claiming_.end() ? nullptr : it->second;
+  // Closed meanwhile: gone, also while its close is still on its way.
+  if (it == claiming_.end() || it->second->phase == SessionPhase::closing) return nullptr;
+  return it->second;
 }
 
 void FleetCore::claim_answered(std::uint32_t serial, const std::shared_ptr<PendingHello>& p,
@@ -175,6 +177,7 @@ void FleetCore::admit(RigSession& s, PendingHello& p) {
   observer_.hello(s, p.hello, p.decision, p.peer, p.subject);
   const std::string boot_id = p.hello.boot_id;
   registry_.add(s, std::move(p.hello));
+  remote_.erase(s.rig_id);  // another broker's, until now
   // The boot the rig had before (its superseded connection, or the inventory), if another.
   std::string previous = p.previous_boot;
   if (const auto seen = offline_.find(s.rig_id); previous.empty() && seen != offline_.end())

@@ -6,6 +6,13 @@
 namespace fleetlink::broker {
 
 void FleetCore::on_output(RigSession& s, const msg::OutputChunk& chunk) {
+  if (!store_.answers_at_once() && commands_.find(chunk.cmd_id) == nullptr) {
+    auto held = std::make_shared<msg::OutputChunk>(chunk);
+    (void)fetch_then(s, chunk.cmd_id, [this, held](RigSession& again) {
+      if (commands_.find(held->cmd_id) != nullptr) on_output(again, *held);
+    });
+    return;
+  }
   CommandView* v = find_command(chunk.cmd_id);
   if (!v || v->rig_id != s.rig_id) return;
   const std::uint64_t expected = v->stream_next_offset;

@@ -8,6 +8,16 @@
 namespace fleetlink::broker {
 
 void FleetCore::on_result(RigSession& s, msg::Result result) {
+  if (!store_.answers_at_once() && commands_.find(result.cmd_id) == nullptr) {
+    // A store that answers later (Redis): read first, go on with the answer.
+    const std::string cmd_id = result.cmd_id;
+    auto held = std::make_shared<msg::Result>(std::move(result));
+    (void)fetch_then(s, cmd_id, [this, held](RigSession& again) {
+      if (commands_.find(held->cmd_id) == nullptr) return observer_.result_refused(again, held->cmd_id, "unknown cmd");
+      on_result(again, std::move(*held));
+    });
+    return;
+  }
   CommandView* v = find_command(result.cmd_id);
   if (!v) {
     observer_.result_refused(s, result.cmd_id, "unknown cmd");

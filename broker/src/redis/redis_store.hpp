@@ -138,6 +138,7 @@ struct RedisStoreStats {
 
 class RedisStore final : public CommandStore {
  public:
+  bool answers_at_once() const noexcept override { return false; }
   // `loop` and `connection` must outlive the store. Nothing is sent before the
   // first call that needs it.
   RedisStore(uv_loop_t* loop, RedisConnection& connection, RedisStoreOptions options = {});

@@ -106,6 +106,9 @@ class CommandStore {
   virtual std::string_view name() const noexcept = 0;
   // Whether anything is kept across a restart.
   virtual bool durable() const noexcept = 0;
+  // Whether reads answer before they return (SQLite, none) or later, from the
+  // loop (Redis): callers that need the answer to go on continue in the callback.
+  virtual bool answers_at_once() const noexcept { return true; }
   // Usable now (for /readyz).
   virtual bool up() const noexcept = 0;
   virtual StoreCounters counters() const noexcept { return {}; }
