@@ -62,3 +62,25 @@ class BenchSmoke(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class CrossBrokerSmoke(unittest.TestCase):
+    def test_cross_broker_bench_produces_numbers(self):
+        rigsim = os.path.join(BUILD, "tests", "bench", "fleetlink-rigsim")
+        self.assertTrue(os.access(rigsim, os.X_OK),
+                        f"{rigsim} not built: configure with -DFLEETLINK_BUILD_BENCH=ON")
+        with tempfile.TemporaryDirectory(prefix="fleetlink-cross-smoke-") as out:
+            proc = subprocess.run(
+                [sys.executable, os.path.join(SOURCE, "tests", "bench", "cross_broker"), "--smoke",
+                 "--build-dir", BUILD, "--out", out, "--ca-dir", os.path.join(out, "ca")],
+                capture_output=True, text=True, timeout=240)
+            self.assertEqual(proc.returncode, 0, proc.stdout[-3000:] + proc.stderr[-3000:])
+            files = glob.glob(os.path.join(out, "cross-broker-*.json"))
+            self.assertEqual(len(files), 1, proc.stdout[-2000:])
+            with open(files[0]) as f:
+                summary = json.load(f)["routing"]["summary"]
+        for name, key in (("rtt_same", "p50_ms"), ("rtt_cross", "p50_ms"),
+                          ("pipe_same", "cmds_per_s"), ("pipe_cross", "cmds_per_s")):
+            with self.subTest(run=name):
+                self.assertIsInstance(summary[name][key], (int, float), summary)
+                self.assertGreater(summary[name][key], 0, summary)
