@@ -215,6 +215,17 @@ class SeveralBrokersTest(LabTestCase):
         self.assertEqual(status, 202, body)
         v = self.wait_states(brokers[2], [long_id], timeout=15)[long_id]
         self.assertIn(v["state"], ("cancelled", "interrupted", "failed"), v)
+        # ?wait=done through another broker: followed by the relayed events.
+        status, body = brokers[0].api("POST", "/v1/rigs/rig-02/commands?wait=done&timeout_ms=10000",
+                                      {"kind": "work"})
+        self.assertEqual((status, body["state"]), (202, "succeeded"), body)
+        # A retry under the same idempotency key, through another broker: the same command.
+        first = self.post(brokers[0], "rig-05", idempotency_key="deploy-42")
+        status, again = brokers[1].api("POST", "/v1/rigs/rig-05/commands",
+                                       {"kind": "work", "idempotency_key": "deploy-42"})
+        self.assertEqual((status, again["cmd_id"]), (200, first["cmd_id"]), again)
+        self.wait_states(brokers[2], [first["cmd_id"], body["cmd_id"]])
+        self.assertEqual(self.ran()[first["cmd_id"]], 1)
         # An unknown rig is still 404 (nobody holds it), through any broker.
         status, body = brokers[2].api("POST", "/v1/rigs/rig-none/commands", {"kind": "work"})
         self.assertEqual(status, 404, body)
@@ -279,7 +290,8 @@ class SeveralBrokersTest(LabTestCase):
 
     def test_broker_kill_9_rigs_move_pending_delivered_nothing_twice(self):
         redis = self.redis()
-        brokers = [self.broker(f"k{i}", redis) for i in range(3)]
+        # A TTL far beyond the bound below: the rigs must be taken over, not wait for expiry.
+        brokers = [self.broker(f"k{i}", redis, registry_ttl_ms=60000) for i in range(3)]
         victim, others = brokers[0], brokers[1:]
         rigs = [f"rig-k{i:02d}" for i in range(12)]
         home = {r: brokers[i % 3] for i, r in enumerate(rigs)}
@@ -301,6 +313,13 @@ class SeveralBrokersTest(LabTestCase):
                  what="the dead broker's rigs on the others")
         moved_in = time.monotonic() - t0
         self.assertLess(moved_in, 10, "the rigs waited for the registry TTL instead of taking over")
+        taken = 0
+        for b in others:
+            status, text = b.api("GET", "/metrics")
+            m = re.search(r"^fleetlink_broker_rigs_taken_over_total (\d+)$", text, re.M)
+            self.assertIsNotNone(m, text[:500])
+            taken += int(m.group(1))
+        self.assertGreaterEqual(taken, 1, "no rig was taken over from the dead broker")
         all_ids = long_ids + short_ids
         views = self.wait_states(others[1], all_ids, timeout=40)
         self.assert_succeeded(views)

@@ -32,6 +32,9 @@ struct HeldCommand {
   std::uint64_t seq = 0;
   bool until_done = false;        // false: until acked (or any later state)
   std::uint64_t timeout_ms = 0;
+  // A command another broker holds (not readable here): its state as that broker's
+  // answer and the relayed events last told it ("" while nothing did).
+  std::string seen_state;
 };
 
 struct HttpResponse {

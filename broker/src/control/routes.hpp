@@ -24,6 +24,9 @@ HttpResponse handle_control_request(const HttpRequest& request, Fleet& fleet,
 // Whether `event` ends the wait of a held POST (the command reached the state
 // asked for, or a final state).
 bool held_command_reached(const HeldCommand& hold, const FleetEvent& event);
+// Notes what an event about the held command says of its state (for a command
+// another broker holds, which this one cannot read).
+void note_held_event(HeldCommand& hold, const FleetEvent& event);
 
 // The answer of a held POST once it ends (reached or timed out): 202 with
 // cmd_id, rig_id, seq and the command's current state.

@@ -138,20 +138,37 @@ bool held_command_reached(const HeldCommand& hold, const FleetEvent& event) {
   return !hold.until_done && event.type == EventType::command_acked;
 }
 
+namespace {
+
+bool settles(const HeldCommand& hold, CommandState s) {
+  return is_final(s) || (!hold.until_done && s != CommandState::queued && s != CommandState::sent);
+}
+
+}  // namespace
+
+void note_held_event(HeldCommand& hold, const FleetEvent& event) {
+  if (event.type == EventType::command_done) hold.seen_state = event.detail;  // the final state's name
+  else if (event.type == EventType::command_acked && hold.seen_state != "running") hold.seen_state = "acked";
+  else if (event.type == EventType::command_running) hold.seen_state = "running";
+}
+
 bool held_command_settled(const HeldCommand& hold, const Fleet& fleet) {
   bool settled = false;
-  fleet.read_command(hold.cmd_id, [&](const CommandView& c) {
-    settled = is_final(c.state) || (!hold.until_done && c.state != CommandState::queued && c.state != CommandState::sent);
-  });
+  const bool here = fleet.read_command(hold.cmd_id, [&](const CommandView& c) { settled = settles(hold, c.state); });
+  if (!here && !hold.seen_state.empty())
+    if (const auto s = command_state_from_string(hold.seen_state)) settled = settles(hold, *s);
   return settled;
 }
 
 HttpResponse held_command_answer(const HeldCommand& hold, const Fleet& fleet) {
   const std::optional<CommandView> cmd = fleet.command(hold.cmd_id);
-  json body{{"cmd_id", hold.cmd_id},
-            {"rig_id", hold.rig_id},
-            {"seq", hold.seq},
-            {"state", cmd ? to_string(cmd->state) : "queued"}};
+  std::string state = cmd ? std::string(to_string(cmd->state)) : hold.seen_state.empty() ? "queued" : hold.seen_state;
+  // Another broker's command: its final event may come before its record does (the
+  // owner commits steps every store-commit-interval-ms).
+  if (const auto seen = command_state_from_string(hold.seen_state); seen && is_final(*seen) &&
+                                                                    (!cmd || !is_final(cmd->state)))
+    state = hold.seen_state;
+  json body{{"cmd_id", hold.cmd_id}, {"rig_id", hold.rig_id}, {"seq", hold.seq}, {"state", state}};
   return json_response(202, body);
 }
 

@@ -160,16 +160,18 @@ HttpResponse post_rig_command(const RouteContext& ctx) {
   std::optional<HeldCommand> hold;
   if (!parse_hold(ctx.request, hold, error)) return error;
   const bool waits_for_record = !request.idempotency_key.empty();
-  if (ctx.fleet.routes_elsewhere(rig_id)) {
+  if (ctx.fleet.routes_elsewhere(rig_id) || ctx.fleet.names_a_stored_command(request)) {
     // Several brokers: the broker that holds the rig takes it; its answer is this one.
     HttpResponse r = json_error(503, "shutting_down", "the broker is shutting down");
     r.deferred = [request = std::move(request), hold, waits_for_record](Fleet& fleet,
                                                                         HttpResponse::Answer answer) mutable {
       const std::string here = fleet.broker_id();
       fleet.enqueue_routed(std::move(request), [answer, hold, waits_for_record, here](Fleet::RoutedOutcome out) mutable {
-        // Held elsewhere: answered now (this broker does not follow another's command).
-        if (out.broker_id != here) hold.reset();
-        HttpResponse a = enqueue_answer(out.outcome, waits_for_record, hold, 0, out.broker_id);
+        // Held elsewhere: followed by its relayed events, from the state its broker answered.
+        if (out.broker_id != here && hold)
+          if (const auto* ok = std::get_if<EnqueueOk>(&out.outcome)) hold->seen_state = to_string(ok->state);
+        HttpResponse a = enqueue_answer(out.outcome, waits_for_record, hold, 0, out.broker_id == here ? std::string()
+                                                                                                     : out.broker_id);
         if (out.unrecorded && a.if_unrecorded) a = a.if_unrecorded(*out.unrecorded);
         answer(std::move(a));
       });

@@ -135,6 +135,8 @@ int start_hold(Transaction* tx, HttpResponse r) {
   tx->subscription =
       state->fleet->events().subscribe_command(tx->hold->command.cmd_id, [tx](const FleetEvent& event) {
         // Inside the Fleet: only note it; the answer is built in the writeable callback.
+        if (tx->hold && !tx->hold->done && event.cmd_id == tx->hold->command.cmd_id)
+          note_held_event(tx->hold->command, event);
         if (tx->hold && !tx->hold->done && held_command_reached(tx->hold->command, event)) {
           tx->hold->done = true;
           lws_callback_on_writable(tx->wsi);

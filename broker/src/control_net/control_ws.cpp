@@ -67,7 +67,7 @@ void on_stream_line(StreamSession* s, std::string_view line, std::vector<StreamS
     return;
   }
   const bool waits_for_record = !send.request.idempotency_key.empty();
-  if (state->fleet->routes_elsewhere(send.request.rig_id)) {
+  if (state->fleet->routes_elsewhere(send.request.rig_id) || state->fleet->names_a_stored_command(send.request)) {
     // Several brokers: answered when the broker holding the rig answers (this
     // line may come after later ones: clients match answers by ref).
     state->fleet->enqueue_routed(

@@ -255,6 +255,11 @@ class Fleet {
   // and a force-reconnect, go through the *_routed calls, whose answers come
   // later (within a bounded time). A single broker never routes.
   virtual bool routes_elsewhere(std::string_view /*rig_id*/) const { return false; }
+  // A request that names its command (cmd_id, idempotency_key) while the store
+  // answers later: enqueue_routed reads the store first, so it is answered later too.
+  bool names_a_stored_command(const CommandRequest& r) const {
+    return reads_later() && (!r.cmd_id.empty() || !r.idempotency_key.empty());
+  }
   // The command is not this broker's to cancel (it does not hold it, or its rig is elsewhere).
   virtual bool cancel_routes_elsewhere(std::string_view /*cmd_id*/) const { return false; }
   struct RoutedOutcome {

@@ -69,7 +69,19 @@ bool FleetCore::cancel_routes_elsewhere(std::string_view cmd_id) const {
 }
 
 void FleetCore::enqueue_here(CommandRequest request, std::function<void(RoutedOutcome)> done) {
-  Fleet::enqueue_routed(std::move(request), std::move(done));
+  const bool named = !request.cmd_id.empty() || !request.idempotency_key.empty();
+  if (store_.answers_at_once() || !named || (!request.cmd_id.empty() && commands_.find(request.cmd_id)) ||
+      (!request.idempotency_key.empty() && commands_.find_by_key(request.idempotency_key)))
+    return Fleet::enqueue_routed(std::move(request), std::move(done));
+  // A command the client named, and a store that answers later (Redis): the
+  // store is asked first whether it exists (a retry through any broker finds it).
+  auto req = std::make_shared<CommandRequest>(std::move(request));
+  auto go = [this, req, done = std::move(done)](std::optional<CommandView> found) mutable {
+    if (found && commands_.find(found->cmd_id) == nullptr) adopt(std::move(*found));
+    Fleet::enqueue_routed(std::move(*req), std::move(done));
+  };
+  if (!req->cmd_id.empty()) store_.find(req->cmd_id, std::move(go));
+  else store_.find_by_key(req->idempotency_key, std::move(go));
 }
 
 void FleetCore::enqueue_routed(CommandRequest request, std::function<void(RoutedOutcome)> done) {
@@ -346,30 +358,6 @@ void FleetCore::refreshed(const std::string& rig_id, std::uint32_t serial, const
   const std::string owner = r->owner ? r->owner->broker_id : std::string("?");
   observer_.superseded_elsewhere(*s, owner);
   close_session(*s, CloseCode::superseded, "the registry names another owner (broker " + owner + ")");
-}
-
-const char* to_string(MeshKind k) noexcept {
-  switch (k) {
-    case MeshKind::probe: return "probe";
-    case MeshKind::superseded: return "superseded";
-    case MeshKind::command: return "command";
-    case MeshKind::command_answer: return "command_answer";
-    case MeshKind::cancel: return "cancel";
-    case MeshKind::cancel_answer: return "cancel_answer";
-    case MeshKind::reconnect: return "reconnect";
-    case MeshKind::reconnect_answer: return "reconnect_answer";
-    case MeshKind::event: return "event";
-    case MeshKind::rig_seen: return "rig_seen";
-  }
-  return "unknown";
-}
-
-std::optional<MeshKind> mesh_kind_from_string(std::string_view s) noexcept {
-  for (std::uint8_t i = 0; i <= static_cast<std::uint8_t>(MeshKind::rig_seen); ++i) {
-    const auto k = static_cast<MeshKind>(i);
-    if (s == to_string(k)) return k;
-  }
-  return std::nullopt;
 }
 
 }  // namespace fleetlink::broker

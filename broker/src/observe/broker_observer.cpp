@@ -87,17 +87,24 @@ void BrokerObserver::superseding(const RigSession& old, const msg::Hello& hello,
           hello.boot_id.c_str(), text(why).c_str());
 }
 
+void BrokerObserver::mesh_note(std::string_view kind, std::string_view /*from*/) {
+  ++metrics_.mesh_notes[std::string(kind)];
+}
+
 void BrokerObserver::registry_unavailable(std::string_view rig_id, std::string_view why) {
+  ++metrics_.registry_unavailable;
   FL_WARN("rig=%.*s registry unavailable (%.*s): served here, registered when it is back",
           static_cast<int>(rig_id.size()), rig_id.data(), static_cast<int>(why.size()), why.data());
 }
 
 void BrokerObserver::owner_gone(std::string_view rig_id, std::string_view broker_id) {
+  ++metrics_.rigs_taken_over;
   FL_INFO("rig=%.*s its registry entry names broker %.*s, which is gone: taking the rig over",
           static_cast<int>(rig_id.size()), rig_id.data(), static_cast<int>(broker_id.size()), broker_id.data());
 }
 
 void BrokerObserver::superseded_elsewhere(const RigSession& s, std::string_view owner) {
+  ++metrics_.superseded_elsewhere;
   FL_INFO("rig=%s the registry names another owner (%.*s): closing this connection 4410", rig_of(s),
           static_cast<int>(owner.size()), owner.data());
 }

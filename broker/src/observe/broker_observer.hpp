@@ -33,6 +33,7 @@ class BrokerObserver final : public FleetObserver {
   void superseding(const RigSession& old, const msg::Hello& hello, std::string_view why) override;
   void probing(const RigSession& old) override;
   void registry_unavailable(std::string_view rig_id, std::string_view why) override;
+  void mesh_note(std::string_view kind, std::string_view from) override;
   void owner_gone(std::string_view rig_id, std::string_view broker_id) override;
   void superseded_elsewhere(const RigSession& s, std::string_view owner) override;
   void rig_registered(const RigSession& s) override;

@@ -162,6 +162,16 @@ std::string BrokerMetrics::render_prometheus(
     w.sample("hellos_total", "outcome=\"" + escape_label(outcome) + "\"", format_int(n));
   }
 
+  w.header("mesh_notes_total", "counter", "Notes from other brokers on the Redis mesh, by kind.");
+  for (const auto& [kind, n] : mesh_notes) w.sample("mesh_notes_total", "kind=\"" + escape_label(kind) + "\"", format_int(n));
+  w.simple("registry_unavailable_total", "counter",
+           "Rigs admitted while the registry could not be reached (registered when it is back).",
+           registry_unavailable);
+  w.simple("rigs_taken_over_total", "counter", "Rigs taken from a broker that was gone (nobody on its channel).",
+           rigs_taken_over);
+  w.simple("superseded_elsewhere_total", "counter",
+           "Connections closed 4410 because the registry names another owner.", superseded_elsewhere);
+
   w.header("closes_total", "counter", "WebSocket connections closed, by close code.");
   for (const auto& [code, n] : closes) {
     w.sample("closes_total",

@@ -54,6 +54,11 @@ struct BrokerMetrics {
   std::uint64_t unknown_types_ignored = 0;           // lenient mode
   std::uint64_t pings_sent = 0;
   std::uint64_t pongs_missed = 0;
+  // Several brokers (--registry redis).
+  std::map<std::string, std::uint64_t> mesh_notes;   // notes from other brokers, by kind
+  std::uint64_t registry_unavailable = 0;            // HELLOs served without a registry entry (Redis away)
+  std::uint64_t rigs_taken_over = 0;                 // from a broker that was gone
+  std::uint64_t superseded_elsewhere = 0;            // connections closed 4410 for another broker's entry
   Histogram outbox_depth;                            // observed at each enqueue
   Histogram ack_latency_seconds;                     // enqueue -> ACK
 

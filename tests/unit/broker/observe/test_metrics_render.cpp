@@ -40,6 +40,8 @@ TEST_CASE("metrics: render has HELP/TYPE, prefixed names, labelled hellos and cl
   m.closes[4409] = 2;
   m.closes[4002] = 1;
   m.commands_enqueued = 9;
+  m.mesh_notes["probe"] = 2;
+  m.rigs_taken_over = 4;
   m.outbox_depth.observe(0);
   m.outbox_depth.observe(3);
   m.ack_latency_seconds.observe(0.002);
@@ -52,6 +54,9 @@ TEST_CASE("metrics: render has HELP/TYPE, prefixed names, labelled hellos and cl
   CHECK(has_line(text, "fleetlink_broker_hellos_total{outcome=\"malformed\"} 0"));
   CHECK(has_line(text, "fleetlink_broker_closes_total{code=\"4409\",name=\"duplicate_connection\"} 2"));
   CHECK(has_line(text, "fleetlink_broker_commands_enqueued_total 9"));
+  CHECK(has_line(text, "fleetlink_broker_mesh_notes_total{kind=\"probe\"} 2"));
+  CHECK(has_line(text, "fleetlink_broker_rigs_taken_over_total 4"));
+  CHECK(has_line(text, "fleetlink_broker_registry_unavailable_total 0"));
   CHECK(has_line(text, "# TYPE fleetlink_broker_outbox_depth histogram"));
   CHECK(has_line(text, "fleetlink_broker_outbox_depth_bucket{le=\"0\"} 1"));
   CHECK(has_line(text, "fleetlink_broker_outbox_depth_bucket{le=\"4\"} 2"));
