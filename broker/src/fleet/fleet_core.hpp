@@ -204,6 +204,9 @@ class FleetCore final : public Fleet {
   void settle_ask(std::uint64_t ask, const MeshNote* answer);
   void expire_asks();
   void answer_note(const MeshNote& asked, MeshNote answer);
+  // To every broker; the ask settles with the first that holds it, or when every
+  // other one said it does not.
+  void broadcast_ask(std::uint64_t ask, MeshNote note);
   void enqueue_here(CommandRequest request, std::function<void(RoutedOutcome)> done);
   void cancel_here(const std::string& cmd_id, std::function<void(CancelOutcome)> done);
   void relay(const FleetEvent& event);

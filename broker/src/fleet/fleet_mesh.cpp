@@ -47,6 +47,19 @@ void FleetCore::expire_asks() {
   for (std::uint64_t id : due) settle_ask(id, nullptr);
 }
 
+void FleetCore::broadcast_ask(std::uint64_t ask, MeshNote note) {
+  asks_.at(ask).answers_due = 0;  // known once PUBLISH answers how many listened
+  note.from = settings_.broker_id;
+  note.ask = ask;
+  mesh_->broadcast(note, [this, ask](Expected<std::size_t> listeners) {
+    const auto it = asks_.find(ask);
+    if (it == asks_.end()) return;
+    const std::size_t others = listeners && *listeners > 0 ? *listeners - 1 : 0;  // itself among them
+    it->second.answers_due = others;
+    if (it->second.answers_seen >= others) settle_ask(ask, nullptr);  // every other broker said "not mine" already
+  });
+}
+
 void FleetCore::answer_note(const MeshNote& asked, MeshNote answer) {
   answer.from = settings_.broker_id;
   answer.ask = asked.ask;
@@ -166,19 +179,10 @@ void FleetCore::cancel_routed(std::string_view cmd_id, std::function<void(Cancel
     if (a != nullptr) return done(a->cancel);
     cancel_here(id, done);  // nobody holds it: this broker's own answer
   });
-  asks_.at(ask).answers_due = 0;
   MeshNote note;
   note.kind = MeshKind::cancel;
-  note.from = settings_.broker_id;
-  note.ask = ask;
   note.cmd_id = id;
-  mesh_->broadcast(note, [this, ask](Expected<std::size_t> listeners) {
-    const auto it = asks_.find(ask);
-    if (it == asks_.end()) return;
-    const std::size_t others = listeners && *listeners > 0 ? *listeners - 1 : 0;  // itself among them
-    it->second.answers_due = others;
-    if (it->second.answers_seen >= others) settle_ask(ask, nullptr);  // every other broker said "not mine" already
-  });
+  broadcast_ask(ask, std::move(note));
 }
 
 void FleetCore::force_reconnect_routed(std::string_view rig_id, std::function<void(bool closed, bool known)> done) {
@@ -188,19 +192,10 @@ void FleetCore::force_reconnect_routed(std::string_view rig_id, std::function<vo
     if (a != nullptr) return done(true, true);
     done(false, rig(id).has_value());
   });
-  asks_.at(ask).answers_due = 0;
   MeshNote note;
   note.kind = MeshKind::reconnect;
-  note.from = settings_.broker_id;
-  note.ask = ask;
   note.rig_id = id;
-  mesh_->broadcast(note, [this, ask](Expected<std::size_t> listeners) {
-    const auto it = asks_.find(ask);
-    if (it == asks_.end()) return;
-    const std::size_t others = listeners && *listeners > 0 ? *listeners - 1 : 0;  // itself among them
-    it->second.answers_due = others;
-    if (it->second.answers_seen >= others) settle_ask(ask, nullptr);  // every other broker said "not mine" already
-  });
+  broadcast_ask(ask, std::move(note));
 }
 
 // ---------------------------------------------------------------------------------

@@ -12,6 +12,13 @@
 namespace fleetlink::broker::redis {
 namespace {
 
+struct PendingCommand {
+  RedisConnection::ReplyCallback done;
+  const bool* closing;
+};
+
+}  // namespace
+
 Reply copy_reply(const redisReply* r) {
   Reply out;
   switch (r->type) {
@@ -27,13 +34,6 @@ Reply copy_reply(const redisReply* r) {
   for (std::size_t i = 0; i < r->elements; ++i) out.elements.push_back(copy_reply(r->element[i]));
   return out;
 }
-
-struct PendingCommand {
-  RedisConnection::ReplyCallback done;
-  const bool* closing;
-};
-
-}  // namespace
 
 RedisConnection::RedisConnection(uv_loop_t* loop, ConnectionOptions options)
     : loop_(loop), options_(std::move(options)),

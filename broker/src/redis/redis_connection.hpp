@@ -25,6 +25,7 @@
 #include "fleetlink/expected.hpp"
 
 struct redisAsyncContext;
+struct redisReply;
 
 namespace fleetlink::broker::redis {
 
@@ -37,6 +38,9 @@ struct Reply {
   std::vector<Reply> elements;
   bool is_error() const noexcept { return type == Type::error; }
 };
+
+// hiredis' reply, copied (for the synchronous connections too).
+Reply copy_reply(const redisReply* r);
 
 struct ConnectionOptions {
   std::string host = "127.0.0.1";

@@ -40,22 +40,6 @@ Args script_args(const char* op, const std::string& prefix, std::size_t reserve 
 
 bool is_noscript(const Reply& r) { return r.is_error() && r.str.rfind("NOSCRIPT", 0) == 0; }
 
-Reply copy_reply(const redisReply* r) {
-  Reply out;
-  switch (r->type) {
-    case REDIS_REPLY_STRING: out.type = Reply::Type::string; break;
-    case REDIS_REPLY_STATUS: out.type = Reply::Type::status; break;
-    case REDIS_REPLY_ERROR: out.type = Reply::Type::error; break;
-    case REDIS_REPLY_INTEGER: out.type = Reply::Type::integer; break;
-    case REDIS_REPLY_ARRAY: out.type = Reply::Type::array; break;
-    default: out.type = Reply::Type::nil; break;
-  }
-  if (r->str != nullptr) out.str.assign(r->str, r->len);
-  out.integer = r->integer;
-  for (std::size_t i = 0; i < r->elements; ++i) out.elements.push_back(copy_reply(r->element[i]));
-  return out;
-}
-
 template <class T>
 bool number_of(std::string_view s, T& out) {
   if (s.empty()) return false;
