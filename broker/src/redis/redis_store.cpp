@@ -18,6 +18,7 @@ namespace fleetlink::broker::redis {
 
 using store_codec::is_final_code;
 using store_rows::CommandRow;
+using store_rows::matches;
 using store_rows::PendingWrites;
 using store_rows::RigRow;
 
@@ -122,22 +123,6 @@ Expected<RigRecord> parse_rig(const std::string& rig_id, const std::string& valu
 }
 
 std::string opt_text(const std::optional<std::uint64_t>& v) { return v ? std::to_string(*v) : std::string(); }
-
-bool matches(const CommandRow& row, const CommandQuery& q, const std::string& since_key) {
-  if (!q.rig_id.empty() && row.rig_id != q.rig_id) return false;
-  if (q.state && row.state != store_codec::state_code(*q.state)) return false;
-  if (!q.job_id.empty() && row.job_id != q.job_id) return false;
-  if (q.since_ms && (row.enqueued_at < q.since_ms || row.cmd_id < since_key)) return false;
-  if (!q.before_cmd_id.empty() && row.cmd_id >= q.before_cmd_id) return false;
-  return true;
-}
-
-bool matches(const JobRecord& j, const JobQuery& q) {
-  if (q.finished && j.finished != *q.finished) return false;
-  if (q.since_ms && j.created_at_ms < q.since_ms) return false;
-  if (!q.before_job_id.empty() && j.job_id >= q.before_job_id) return false;
-  return true;
-}
 
 // The two parts of a list's reply: {{matches...}, {extras...}}.
 const Reply* part(const Expected<Reply>& r, std::size_t i) {

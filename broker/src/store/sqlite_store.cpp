@@ -20,6 +20,7 @@ namespace fleetlink::broker {
 
 using store_codec::is_final_code;
 using store_rows::CommandRow;
+using store_rows::matches;
 using store_rows::key_of_ms;
 using store_rows::PendingWrites;
 using store_rows::RigRow;
@@ -33,22 +34,6 @@ constexpr const char* kCommandColumns =
     "c.sent_at, c.acked_at, c.running_at, c.finished_at, c.body";
 
 constexpr const char* kJobColumns = "job_id, created_at, finished, body";
-
-bool matches(const CommandRow& row, const CommandQuery& q, const std::string& since_key) {
-  if (!q.rig_id.empty() && row.rig_id != q.rig_id) return false;
-  if (q.state && row.state != store_codec::state_code(*q.state)) return false;
-  if (!q.job_id.empty() && row.job_id != q.job_id) return false;
-  if (q.since_ms && (row.enqueued_at < q.since_ms || row.cmd_id < since_key)) return false;
-  if (!q.before_cmd_id.empty() && row.cmd_id >= q.before_cmd_id) return false;
-  return true;
-}
-
-bool matches(const JobRecord& j, const JobQuery& q) {
-  if (q.finished && j.finished != *q.finished) return false;
-  if (q.since_ms && j.created_at_ms < q.since_ms) return false;
-  if (!q.before_job_id.empty() && j.job_id >= q.before_job_id) return false;
-  return true;
-}
 
 }  // namespace
 

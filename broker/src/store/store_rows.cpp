@@ -213,4 +213,20 @@ void PendingWrites::clear() noexcept {
   job_index_.clear();
 }
 
+bool matches(const CommandRow& row, const CommandQuery& q, const std::string& since_key) {
+  if (!q.rig_id.empty() && row.rig_id != q.rig_id) return false;
+  if (q.state && row.state != store_codec::state_code(*q.state)) return false;
+  if (!q.job_id.empty() && row.job_id != q.job_id) return false;
+  if (q.since_ms && (row.enqueued_at < q.since_ms || row.cmd_id < since_key)) return false;
+  if (!q.before_cmd_id.empty() && row.cmd_id >= q.before_cmd_id) return false;
+  return true;
+}
+
+bool matches(const JobRecord& j, const JobQuery& q) {
+  if (q.finished && j.finished != *q.finished) return false;
+  if (q.since_ms && j.created_at_ms < q.since_ms) return false;
+  if (!q.before_job_id.empty() && j.job_id >= q.before_job_id) return false;
+  return true;
+}
+
 }  // namespace fleetlink::broker::store_rows

@@ -112,4 +112,10 @@ class PendingWrites {
   std::unordered_map<std::string, std::size_t> job_index_;
 };
 
+// The filters of a list (GET /v1/commands, /v1/jobs), as every store applies them
+// to what it read and to the writes it has not written yet. `since_key`: the
+// smallest cmd_id of since_ms (key_of_ms).
+bool matches(const CommandRow& row, const CommandQuery& q, const std::string& since_key);
+bool matches(const JobRecord& j, const JobQuery& q);
+
 }  // namespace fleetlink::broker::store_rows
