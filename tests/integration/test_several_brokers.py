@@ -267,6 +267,83 @@ class SeveralBrokersTest(LabTestCase):
         self.assertEqual(seen & ids, ids, "sa's event stream missed sb's command_done events")
         self.assert_ran_once(ids)
 
+    # ------------------------------------------------------------------ jobs
+
+    def start_job(self, broker, **body):
+        status, resp = broker.api("POST", "/v1/jobs", {"kind": "work", **body})
+        self.assertEqual(status, 202, resp)
+        return resp
+
+    def wait_job(self, broker, job_id, timeout=30.0):
+        seen = {}
+
+        def check():
+            status, j = broker.api("GET", f"/v1/jobs/{job_id}")
+            self.assertEqual(status, 200, j)
+            seen["job"] = j
+            return j["state"] != "running"
+        try:
+            wait_for(check, timeout, interval=0.2, what=f"job {job_id} finished")
+        except AssertionError:
+            raise AssertionError(f"job still running after {timeout}s: {seen.get('job')}") from None
+        return seen["job"]
+
+    def test_job_through_one_broker_reaches_rigs_on_every_broker(self):
+        redis = self.redis()
+        brokers = [self.broker(f"j{i}", redis) for i in range(3)]
+        rigs = [f"rig-j{i:02d}" for i in range(9)]
+        for i, r in enumerate(rigs):
+            self.agent(r, [brokers[i % 3]])
+        wait_for(lambda: set(rigs) <= set(brokers[0].rigs()), 15, what="j0 sees the whole fleet")
+        # Selected from the whole fleet, sent to each rig through the broker holding it.
+        job = self.start_job(brokers[0], args={"sleep": "0.2"}, targets={"glob": "rig-j*"}, max_concurrency=4)
+        self.assertEqual(job["counts"]["total"], 9, job)
+        final = self.wait_job(brokers[1], job["job_id"])  # and followed from any broker
+        self.assertEqual(final["state"], "done", final)
+        self.assertEqual(final["counts"]["ok"], 9, final)
+        self.assertEqual({r["rig_id"] for r in final["rigs"]}, set(rigs))
+        cmd_ids = [r["cmd_id"] for r in final["rigs"]]
+        views = self.wait_states(brokers[2], cmd_ids)
+        self.assert_succeeded(views)
+        self.assertEqual({v["job_id"] for v in views.values()}, {job["job_id"]})
+        self.assert_ran_once(cmd_ids)
+        # Listed by every broker; driven by the one that started it only.
+        for b in brokers:
+            status, page = b.api("GET", "/v1/jobs")
+            self.assertEqual(status, 200, page)
+            self.assertIn(job["job_id"], [j["job_id"] for j in page["jobs"]], b.name)
+        self.assertEqual(redis.cli("GET", f"jobhold:{job['job_id']}"), "job|j0")
+        for b in brokers[1:]:
+            self.assertNotIn(f"job {job['job_id']} taken over", b.log())
+
+    def test_job_whose_broker_is_killed_is_taken_over_and_finished_nothing_twice(self):
+        redis = self.redis()
+        brokers = [self.broker(f"t{i}", redis, registry_ttl_ms=60000) for i in range(3)]
+        victim, others = brokers[0], brokers[1:]
+        rigs = [f"rig-t{i:02d}" for i in range(8)]
+        for i, r in enumerate(rigs):
+            home = brokers[i % 3]
+            self.agent(r, [home] + [b for b in brokers if b is not home])
+        wait_for(lambda: set(rigs) <= set(victim.rigs()), 15, what="t0 sees the whole fleet")
+        # Two rigs at a time, a second each: the job outlives its broker.
+        job = self.start_job(victim, args={"sleep": "1"}, targets={"glob": "rig-t*"}, max_concurrency=2)
+        job_id = job["job_id"]
+        wait_for(lambda: len(self.ran()) >= 1, 10, what="the job's first commands running")
+        victim.kill()
+        t0 = time.monotonic()
+        final = self.wait_job(others[0], job_id, timeout=45)
+        took = time.monotonic() - t0
+        self.assertEqual(final["state"], "done", final)
+        self.assertEqual(final["counts"]["ok"], 8, final)
+        # Taken over when the next look found its holder's channel empty, not at the hold's 60 s TTL.
+        self.assertLess(took, 30, "the job waited for its hold to expire")
+        adopters = [b for b in others if f"job {job_id} taken over" in b.log()]
+        self.assertEqual(len(adopters), 1, "exactly one broker takes the job over")
+        self.assertEqual(redis.cli("GET", f"jobhold:{job_id}"), f"job|{adopters[0].name}")
+        cmd_ids = [r["cmd_id"] for r in final["rigs"]]
+        self.assert_succeeded(self.wait_states(others[1], cmd_ids))
+        self.assert_ran_once(cmd_ids)
+
     # ------------------------------------------------------------------ fencing
 
     def test_cloned_rig_identity_on_another_broker_is_refused_4409(self):

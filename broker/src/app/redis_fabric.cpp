@@ -15,6 +15,7 @@ redis::ConnectionOptions connection_options(const BrokerConfig& cfg) {
 redis::RegistryOptions registry_options(const BrokerConfig& cfg) {
   redis::RegistryOptions o;
   o.key_prefix = cfg.redis_prefix + "rig:";
+  o.job_key_prefix = cfg.redis_prefix + "jobhold:";
   o.ttl = std::chrono::milliseconds(cfg.registry_ttl_ms);
   return o;
 }

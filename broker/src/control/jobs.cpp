@@ -186,13 +186,7 @@ bool glob_match(const std::string& glob, const std::string& rig_id) {
   return glob.empty() || fnmatch(glob.c_str(), rig_id.c_str(), 0) == 0;
 }
 
-// What a rig's command says about it: its id, state, and why it ended so. Only
-// this is kept of a command (its output may be 64 KiB, and a job has 20,000).
-struct CommandSummary {
-  std::string cmd_id;
-  CommandState state = CommandState::queued;
-  std::string detail;
-};
+using CommandSummary = JobCommandSummary;
 
 CommandSummary summary_of(const CommandView& c) {
   CommandSummary s{c.cmd_id, c.state, c.detail};
@@ -286,65 +280,137 @@ const Job& JobTable::start(Fleet& fleet, JobRequest request, std::vector<std::st
   job.counts[index_of(JobRigOutcome::pending)] = job.rigs.size();
   auto [it, inserted] = jobs_.insert_or_assign(job_id, std::move(job));
   Job& j = it->second;
+  // Its hold comes first: another broker's look for unfinished jobs finds it held.
+  fleet.hold_job(job_id, true, [](Fleet::JobHold) {});
   dispatch(fleet, j);
   changed(j, now_ms);
   if (!j.finished_at_ms) save(j, now_ms);  // the record comes first; a finished job was saved by changed()
   return j;
 }
 
-Expected<const Job*> JobTable::resume(Fleet& fleet, const JobRecord& record, std::uint64_t now_ms) {
-  Expected<Job> parsed = job_from_record(record, true);
-  if (!parsed) return parsed.error();
-  if (jobs_.find(record.job_id) != jobs_.end())
-    return make_error(Errc::invalid_argument, "job " + record.job_id + " is running here already");
-  Job job = std::move(*parsed);
-  job.finished_at_ms.reset();
-
-  // Where each rig is, from the records of the job's commands: newest first, so
-  // the first one seen for a rig is its latest.
+// A job being resumed: its commands are read, newest first, a page at a time
+// (before resume_then returns, or later).
+struct JobTable::ResumeState {
+  std::shared_ptr<Job> job;
+  CommandQuery query;
   std::unordered_map<std::string, CommandSummary, TransparentStringHash, std::equal_to<>> by_rig;
-  CommandQuery q;
-  q.job_id = job.job_id;
-  q.limit = kResumePage;
-  for (;;) {
-    const std::vector<CommandView> page = fleet.list_commands(q);
-    for (const CommandView& c : page) by_rig.try_emplace(c.rig_id, summary_of(c));
-    if (page.size() < q.limit) break;
-    q.before_cmd_id = page.back().cmd_id;
-  }
-  for (JobRig& r : job.rigs) {
+  std::uint64_t started_ms = 0;
+  bool returned = false;  // resume_then has returned: the reads answered later
+  Resumed done;
+};
+
+void JobTable::resume_then(Fleet& fleet, const JobRecord& record, std::uint64_t now_ms, Resumed done) {
+  if (record.finished) return done(make_error(Errc::invalid_argument, "job " + record.job_id + " is finished"));
+  Expected<Job> parsed = job_from_record(record, true);
+  if (!parsed) return done(parsed.error());
+  if (jobs_.find(record.job_id) != jobs_.end())
+    return done(make_error(Errc::invalid_argument, "job " + record.job_id + " is running here already"));
+  auto st = std::make_shared<ResumeState>();
+  st->job = std::make_shared<Job>(std::move(*parsed));
+  st->job->finished_at_ms.reset();
+  st->query.job_id = st->job->job_id;
+  st->query.limit = kResumePage;
+  st->started_ms = now_ms;
+  st->done = std::move(done);
+  arriving_.insert(st->job->job_id);
+  resume_page(fleet, st);
+  st->returned = true;
+}
+
+void JobTable::resume_page(Fleet& fleet, const std::shared_ptr<ResumeState>& st) {
+  fleet.list_commands_then(st->query, [this, alive = token(), &fleet, st](std::vector<CommandView> got) {
+    if (alive.expired()) return;
+    // Newest first: the first command seen for a rig is its latest.
+    for (const CommandView& c : got) st->by_rig.try_emplace(c.rig_id, summary_of(c));
+    if (got.size() == st->query.limit) {
+      st->query.before_cmd_id = got.back().cmd_id;
+      return resume_page(fleet, st);
+    }
+    // Rigs whose command the listing missed (dispatched, by cmd_id), read one by one.
+    std::vector<std::string> missing;
+    auto at = std::make_shared<std::vector<std::size_t>>();
+    for (std::size_t i = 0; i < st->job->rigs.size(); ++i) {
+      const JobRig& r = st->job->rigs[i];
+      if (r.outcome != JobRigOutcome::pending && r.outcome != JobRigOutcome::dispatched) continue;
+      if (st->by_rig.count(r.rig_id) == 0 && !r.cmd_id.empty()) {
+        missing.push_back(r.cmd_id);
+        at->push_back(i);
+      }
+    }
+    read_summaries(fleet, std::move(missing), [this, alive, &fleet, st, at](Summaries found) {
+      if (alive.expired()) return;
+      for (std::size_t k = 0; k < at->size(); ++k)
+        if (found[k]) st->by_rig.insert_or_assign(st->job->rigs[(*at)[k]].rig_id, *found[k]);
+      resume_place(fleet, *st);
+    });
+  });
+}
+
+void JobTable::resume_place(Fleet& fleet, ResumeState& st) {
+  arriving_.erase(st.job->job_id);
+  if (jobs_.find(st.job->job_id) != jobs_.end())
+    return st.done(make_error(Errc::invalid_argument, "job " + st.job->job_id + " is running here already"));
+  Job& j = *st.job;
+  for (JobRig& r : j.rigs) {
     if (r.outcome != JobRigOutcome::pending && r.outcome != JobRigOutcome::dispatched) continue;
-    std::optional<CommandSummary> cmd;
-    if (const auto it = by_rig.find(r.rig_id); it != by_rig.end()) cmd = it->second;
-    else if (!r.cmd_id.empty()) cmd = read_summary(fleet, r.cmd_id);
-    if (!cmd) {
+    const auto it = st.by_rig.find(r.rig_id);
+    if (it == st.by_rig.end()) {
       // Its command was recorded (the job says dispatched) and is gone since: past
       // the store's retention, or a broker without a store.
-      if (r.outcome == JobRigOutcome::dispatched) settle(job, r, nullptr);
+      if (r.outcome == JobRigOutcome::dispatched) settle(j, r, nullptr);
       continue;
     }
-    r.cmd_id = cmd->cmd_id;
-    job.set_outcome(r, JobRigOutcome::dispatched);
-    if (is_final(cmd->state)) settle(job, r, &*cmd);
+    r.cmd_id = it->second.cmd_id;
+    j.set_outcome(r, JobRigOutcome::dispatched);
+    if (is_final(it->second.state)) settle(j, r, &it->second);
   }
-  job.recount();
-  job.next_pending = 0;
-  while (job.next_pending < job.rigs.size() && job.rigs[job.next_pending].outcome != JobRigOutcome::pending)
-    ++job.next_pending;
+  j.recount();
+  j.next_pending = 0;
+  while (j.next_pending < j.rigs.size() && j.rigs[j.next_pending].outcome != JobRigOutcome::pending) ++j.next_pending;
 
-  auto [it, inserted] = jobs_.emplace(job.job_id, std::move(job));
-  Job& j = it->second;
-  for (std::size_t i = 0; i < j.rigs.size(); ++i)
-    if (j.rigs[i].outcome == JobRigOutcome::dispatched) in_flight_[j.rigs[i].cmd_id] = {&j, i};
-  after_error(j);  // the errors its commands made while it was not watched
-  if (now_ms >= j.deadline_at_ms) {
-    expire(fleet, j, now_ms);
+  const bool later = st.returned;  // read from a store that answers later: sent and persisted here
+  auto [slot, inserted] = jobs_.emplace(j.job_id, std::move(j));
+  Job& placed = slot->second;
+  for (std::size_t i = 0; i < placed.rigs.size(); ++i)
+    if (placed.rigs[i].outcome == JobRigOutcome::dispatched && !placed.rigs[i].cmd_id.empty())
+      in_flight_[placed.rigs[i].cmd_id] = {&placed, i};
+  after_error(placed);  // the errors its commands made while it was not watched
+  const std::uint64_t at_ms = later ? std::max(now(), st.started_ms) : st.started_ms;
+  if (at_ms >= placed.deadline_at_ms) {
+    expire(fleet, placed, at_ms);
   } else {
-    dispatch(fleet, j);
-    changed(j, now_ms);
-    if (!j.finished_at_ms) save(j, now_ms);
+    dispatch(fleet, placed);
+    changed(placed, at_ms);
+    if (!placed.finished_at_ms) save(placed, at_ms);
   }
-  return &j;
+  if (later) (void)fleet.persist();
+  st.done(&placed);
+}
+
+Expected<const Job*> JobTable::resume(Fleet& fleet, const JobRecord& record, std::uint64_t now_ms) {
+  std::optional<Expected<const Job*>> out;
+  resume_then(fleet, record, now_ms, [&out](Expected<const Job*> r) { out = std::move(r); });
+  if (!out) return make_error(Errc::io, "job " + record.job_id + ": its commands are read later");
+  return std::move(*out);
+}
+
+void JobTable::resume_all(Fleet& fleet, const std::vector<JobRecord>& records, std::uint64_t now_ms, Resumed each) {
+  for (const JobRecord& record : records) {
+    if (record.finished || jobs_.count(record.job_id) != 0 || arriving_.count(record.job_id) != 0) continue;
+    arriving_.insert(record.job_id);
+    fleet.hold_job(record.job_id, true,
+                   [this, alive = token(), &fleet, record, now_ms, each](Fleet::JobHold hold) {
+                     if (alive.expired()) return;
+                     arriving_.erase(record.job_id);
+                     if (!hold.held && !hold.error) {
+                       notice("job " + record.job_id + " is driven by broker " + hold.holder + ": left to it");
+                       return;
+                     }
+                     // The registry could not say: this broker's own record, resumed (the
+                     // hold is claimed again at the next renewal).
+                     resume_then(fleet, record, now_ms, each);
+                   });
+  }
 }
 
 void JobTable::after_error(Job& job) {
@@ -362,10 +428,15 @@ void JobTable::after_error(Job& job) {
 }
 
 void JobTable::dispatch(Fleet& fleet, Job& job) {
-  if (job.stopped || job.expired) return;
+  if (job.stopped || job.expired || job.expiring || job.dispatching) return;
   // A draining broker refuses every command: its pending rigs wait for the broker
   // that resumes the job, instead of counting as errors.
   if (fleet.draining()) return;
+  job.dispatching = true;
+  struct Done {
+    Job& job;
+    ~Done() { job.dispatching = false; }
+  } done{job};
   for (; job.next_pending < job.rigs.size(); ++job.next_pending) {
     if (job.stopped) return;
     if (job.max_concurrency != 0 && job.count(JobRigOutcome::dispatched) >= job.max_concurrency) return;
@@ -380,6 +451,15 @@ void JobTable::dispatch(Fleet& fleet, Job& job) {
     request.timeout_s = job.timeout_s;
     request.hold = job.hold;
     request.job_id = job.job_id;
+    if (fleet.routes_elsewhere(r.rig_id)) {
+      // Not connected here: its owner broker takes it and answers (no cmd_id until then).
+      job.set_outcome(r, JobRigOutcome::dispatched);
+      fleet.enqueue_routed(std::move(request), [this, alive = token(), &fleet, job_id = job.job_id,
+                                                i](Fleet::RoutedOutcome out) {
+        if (!alive.expired()) routed(fleet, job_id, i, std::move(out));
+      });
+      continue;
+    }
     EnqueueOutcome outcome = fleet.enqueue(std::move(request));
     if (const auto* ok = std::get_if<EnqueueOk>(&outcome)) {
       r.cmd_id = ok->cmd_id;
@@ -396,25 +476,124 @@ void JobTable::dispatch(Fleet& fleet, Job& job) {
 }
 
 
+void JobTable::routed(Fleet& fleet, const std::string& job_id, std::size_t index, Fleet::RoutedOutcome out) {
+  const auto* ok = std::get_if<EnqueueOk>(&out.outcome);
+  const auto* failure = std::get_if<EnqueueFailure>(&out.outcome);
+  // A routed command whose owner did not answer in time may be there: followed by its cmd_id.
+  std::string cmd_id;
+  if (ok != nullptr) cmd_id = ok->cmd_id;
+  else if (failure != nullptr && failure->error == EnqueueError::route_timeout) cmd_id = failure->cmd_id;
+  const auto it = jobs_.find(job_id);
+  Job* job = it == jobs_.end() ? nullptr : &it->second;
+  JobRig* r = job != nullptr && index < job->rigs.size() ? &job->rigs[index] : nullptr;
+  if (r == nullptr || job->finished_at_ms || job->expiring || r->outcome != JobRigOutcome::dispatched ||
+      !r->cmd_id.empty()) {
+    // The job reported this rig already (its deadline came first): the command must not run after it.
+    if (!cmd_id.empty()) fleet.cancel_routed(cmd_id, [](CancelOutcome) {});
+    return;
+  }
+  const std::uint64_t now_ms = now();
+  if (!cmd_id.empty()) {
+    r->cmd_id = cmd_id;
+    in_flight_[cmd_id] = {job, index};
+    if (ok != nullptr && is_final(ok->state)) {
+      (void)command_finished(fleet, cmd_id, now_ms);
+      return;
+    }
+    job->unsaved = true;
+    return;
+  }
+  job->set_outcome(*r, JobRigOutcome::refused);
+  if (failure != nullptr) {
+    r->error = to_string(failure->error);
+    r->detail = failure->detail;
+  }
+  after_error(*job);
+  went_on(fleet, *job, now_ms);
+}
+
+void JobTable::went_on(Fleet& fleet, Job& job, std::uint64_t now_ms) {
+  if (job.dispatching) return;  // an answer inside dispatch(): it goes on by itself
+  dispatch(fleet, job);
+  changed(job, now_ms);
+  (void)fleet.persist();
+}
+
+void JobTable::read_summaries(const Fleet& fleet, std::vector<std::string> cmd_ids,
+                              std::function<void(Summaries)> done) {
+  if (!fleet.reads_later() || cmd_ids.empty()) {
+    Summaries out;
+    out.reserve(cmd_ids.size());
+    for (const std::string& id : cmd_ids) out.push_back(read_summary(fleet, id));
+    return done(std::move(out));
+  }
+  struct Gather {
+    Summaries out;
+    std::size_t left = 0;
+    std::function<void(Summaries)> done;
+  };
+  auto g = std::make_shared<Gather>();
+  g->out.resize(cmd_ids.size());
+  g->left = cmd_ids.size();
+  g->done = std::move(done);
+  for (std::size_t i = 0; i < cmd_ids.size(); ++i) {
+    fleet.command_then(cmd_ids[i], [g, i](std::optional<CommandView> v) {
+      if (v) g->out[i] = summary_of(*v);
+      if (--g->left == 0) g->done(std::move(g->out));
+    });
+  }
+}
+
 bool JobTable::command_finished(Fleet& fleet, std::string_view cmd_id, std::uint64_t now_ms) {
+  if (in_flight_.find(cmd_id) == in_flight_.end()) return false;
+  const bool later = fleet.reads_later();
+  read_summaries(fleet, {std::string(cmd_id)},
+                 [this, alive = token(), &fleet, id = std::string(cmd_id), later, now_ms](Summaries cmd) {
+                   if (alive.expired()) return;
+                   finish_command(fleet, id, cmd.front(), later ? now() : now_ms);
+                   if (later) (void)fleet.persist();
+                 });
+  return true;
+}
+
+void JobTable::finish_command(Fleet& fleet, const std::string& cmd_id, const std::optional<CommandSummary>& cmd,
+                              std::uint64_t now_ms) {
   const auto it = in_flight_.find(cmd_id);
-  if (it == in_flight_.end()) return false;
+  if (it == in_flight_.end()) return;
+  if (cmd && !is_final(cmd->state)) return;  // not over after all: the reconcile looks again
   const auto [job_ptr, index] = it->second;
   Job& job = *job_ptr;
+  if (job.expiring) return;  // its expiry reads it too
   JobRig& r = job.rigs[index];
-  const std::optional<CommandSummary> cmd = read_summary(fleet, r.cmd_id);
-  if (cmd && !is_final(cmd->state)) return true;  // not over after all: the reconcile looks again
   in_flight_.erase(it);
   settle(job, r, cmd ? &*cmd : nullptr);
   if (r.outcome != JobRigOutcome::ok) after_error(job);
   dispatch(fleet, job);
   changed(job, now_ms);
-  return true;
 }
 
 void JobTable::expire(Fleet& fleet, Job& job, std::uint64_t now_ms) {
+  if (job.expiring || job.finished_at_ms) return;
+  job.expiring = true;  // nothing more is sent, nothing settles it meanwhile
+  std::vector<std::string> ids;
+  for (const JobRig& r : job.rigs)
+    if (r.outcome == JobRigOutcome::dispatched && !r.cmd_id.empty()) ids.push_back(r.cmd_id);
+  const bool later = fleet.reads_later();
+  read_summaries(fleet, std::move(ids), [this, alive = token(), &fleet, job_id = job.job_id, later,
+                                         now_ms](Summaries cmds) {
+    if (alive.expired()) return;
+    const auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return;
+    expire_with(fleet, it->second, cmds, later ? now() : now_ms);
+    if (later) (void)fleet.persist();
+  });
+}
+
+void JobTable::expire_with(Fleet& fleet, Job& job, const Summaries& cmds, std::uint64_t now_ms) {
+  job.expiring = false;
   job.expired = true;
   const std::string at = iso8601_utc_ms(job.deadline_at_ms);
+  std::size_t k = 0;  // cmds follow the dispatched rigs that had a cmd_id, in order
   for (JobRig& r : job.rigs) {
     if (r.outcome == JobRigOutcome::pending) {
       job.set_outcome(r, JobRigOutcome::skipped);
@@ -422,19 +601,24 @@ void JobTable::expire(Fleet& fleet, Job& job, std::uint64_t now_ms) {
       continue;
     }
     if (r.outcome != JobRigOutcome::dispatched) continue;
-    in_flight_.erase(r.cmd_id);
-    const std::optional<CommandSummary> cmd = read_summary(fleet, r.cmd_id);
-    if (!cmd || is_final(cmd->state)) {
-      settle(job, r, cmd ? &*cmd : nullptr);  // it ended; its event had not reached the table yet
-      continue;
+    std::optional<CommandSummary> cmd;
+    if (!r.cmd_id.empty()) {
+      in_flight_.erase(r.cmd_id);
+      cmd = k < cmds.size() ? cmds[k] : std::nullopt;
+      ++k;
+      if (!cmd || is_final(cmd->state)) {
+        settle(job, r, cmd ? &*cmd : nullptr);  // it ended; its event had not reached the table yet
+        continue;
+      }
     }
     job.set_outcome(r, JobRigOutcome::silent);
-    r.state = cmd->state;
-    if (cmd->state == CommandState::queued || cmd->state == CommandState::sent) {
+    if (cmd) r.state = cmd->state;
+    if (!cmd || cmd->state == CommandState::queued || cmd->state == CommandState::sent) {
+      // (No cmd_id: its owner broker had not answered yet; the answer cancels it.)
       r.error = "never_acknowledged";
       r.detail = "the rig had not acknowledged it by the job's deadline (" + at +
                  "): it is cancelled, so it cannot run after the job reported it";
-      (void)fleet.cancel(r.cmd_id);
+      if (!r.cmd_id.empty()) fleet.cancel_routed(r.cmd_id, [](CancelOutcome) {});
     } else {
       r.error = "never_answered";
       r.detail = "acknowledged, but no result by the job's deadline (" + at +
@@ -446,7 +630,7 @@ void JobTable::expire(Fleet& fleet, Job& job, std::uint64_t now_ms) {
 }
 
 void JobTable::changed(Job& job, std::uint64_t now_ms) {
-  if (job.finished_at_ms) return;
+  if (job.finished_at_ms || job.expiring) return;
   if (!job.finished()) {
     job.unsaved = true;
     return;
@@ -472,19 +656,82 @@ void JobTable::save(Job& job, std::uint64_t now_ms) {
 }
 
 void JobTable::reconcile(Fleet& fleet, std::uint64_t now_ms) {
-  std::vector<std::string> ended;
-  for (const auto& [cmd_id, where] : in_flight_) {
-    bool over = false;
-    const bool known = fleet.read_command(cmd_id, [&](const CommandView& c) { over = is_final(c.state); });
-    if (!known || over) ended.push_back(cmd_id);
+  if (reconciling_ || in_flight_.empty()) return;
+  std::vector<std::string> ids;
+  ids.reserve(in_flight_.size());
+  for (const auto& [cmd_id, where] : in_flight_) ids.push_back(cmd_id);
+  reconciling_ = true;
+  const bool later = fleet.reads_later();
+  auto keep = std::make_shared<std::vector<std::string>>(ids);
+  read_summaries(fleet, std::move(ids), [this, alive = token(), &fleet, keep, later, now_ms](Summaries cmds) {
+    if (alive.expired()) return;
+    reconciling_ = false;
+    const std::uint64_t at = later ? now() : now_ms;
+    for (std::size_t i = 0; i < keep->size(); ++i)
+      if (!cmds[i] || is_final(cmds[i]->state)) finish_command(fleet, (*keep)[i], cmds[i], at);
+    if (later) (void)fleet.persist();
+  });
+}
+
+void JobTable::hold_running(Fleet& fleet) {
+  for (auto& [id, job] : jobs_) {
+    if (job.finished_at_ms) continue;
+    fleet.hold_job(id, false, [this, alive = token(), job_id = id](Fleet::JobHold hold) {
+      if (alive.expired() || hold.held || hold.error) return;  // held, or the registry cannot say: go on
+      disown(job_id, hold.holder);
+    });
   }
-  for (const std::string& cmd_id : ended) command_finished(fleet, cmd_id, now_ms);
+}
+
+void JobTable::disown(const std::string& job_id, const std::string& holder) {
+  const auto it = jobs_.find(job_id);
+  if (it == jobs_.end() || it->second.finished_at_ms) return;
+  for (const JobRig& r : it->second.rigs)
+    if (!r.cmd_id.empty()) in_flight_.erase(r.cmd_id);
+  jobs_.erase(it);
+  notice("job " + job_id + " is driven by broker " + (holder.empty() ? std::string("?") : holder) +
+         " now: this broker stopped driving it");
+}
+
+void JobTable::adopt_orphans(Fleet& fleet) {
+  if (store_ == nullptr || scanning_) return;
+  JobQuery query;
+  query.finished = false;
+  query.limit = 100;
+  query.head_only = true;
+  scanning_ = true;
+  store_->list_jobs(query, [this, alive = token(), &fleet](std::vector<JobRecord> open) {
+    if (alive.expired()) return;
+    scanning_ = false;
+    for (const JobRecord& head : open) {
+      if (head.finished || jobs_.count(head.job_id) != 0 || arriving_.count(head.job_id) != 0) continue;
+      arriving_.insert(head.job_id);
+      fleet.hold_job(head.job_id, true, [this, alive, &fleet, job_id = head.job_id](Fleet::JobHold hold) {
+        if (alive.expired()) return;
+        if (!hold.held || store_ == nullptr) {  // driven by a live broker (or nobody can say): left alone
+          arriving_.erase(job_id);
+          return;
+        }
+        store_->find_job(job_id, [this, alive, &fleet, job_id](std::optional<JobRecord> record) {
+          if (alive.expired()) return;
+          arriving_.erase(job_id);
+          if (!record || record->finished) return;
+          resume_then(fleet, *record, now(), [this, job_id](Expected<const Job*> job) {
+            if (!job) return notice("job " + job_id + " not taken over: " + job.error().detail);
+            notice("job " + job_id + " taken over: its holder is gone (" + std::to_string((*job)->rigs.size()) +
+                   " rigs, " + std::to_string((*job)->count(JobRigOutcome::dispatched)) + " in flight, " +
+                   std::to_string((*job)->count(JobRigOutcome::pending)) + " pending)");
+          });
+        });
+      });
+    }
+  });
 }
 
 void JobTable::tick(Fleet& fleet, std::uint64_t now_ms) {
   std::vector<Job*> due;
   for (auto& [id, job] : jobs_)
-    if (!job.finished_at_ms && now_ms >= job.deadline_at_ms) due.push_back(&job);
+    if (!job.finished_at_ms && !job.expiring && now_ms >= job.deadline_at_ms) due.push_back(&job);
   for (Job* job : due) expire(fleet, *job, now_ms);
   if (now_ms - reconciled_at_ms_ >= kJobReconcileIntervalMs) {
     reconciled_at_ms_ = now_ms;
@@ -492,7 +739,18 @@ void JobTable::tick(Fleet& fleet, std::uint64_t now_ms) {
   }
   for (auto& [id, job] : jobs_)
     if (!job.finished_at_ms && job.unsaved && now_ms - job.saved_at_ms >= kJobSaveIntervalMs) save(job, now_ms);
+  if (!fleet.shares_jobs()) return;
+  if (now_ms - held_at_ms_ >= fleet.job_hold_refresh_ms()) {
+    held_at_ms_ = now_ms;
+    hold_running(fleet);
+  }
+  if (now_ms - adopted_at_ms_ >= kJobAdoptIntervalMs) {
+    adopted_at_ms_ = now_ms;
+    adopt_orphans(fleet);
+  }
 }
+
+std::uint64_t JobTable::now() const { return now_ms_ ? now_ms_() : unix_now_ms(); }
 
 void JobTable::save_running(std::uint64_t now_ms) {
   for (auto& [id, job] : jobs_)

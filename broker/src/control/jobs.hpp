@@ -13,15 +13,27 @@
 // from its record (resume) and reads where each rig is from its command: a saved
 // job can lag behind its commands, never disagree with them for long.
 //
+// Several brokers sharing a registry and a store (Fleet::shares_jobs): a job is
+// driven by the one broker that holds it in the registry (Fleet::hold_job),
+// renewed every tick interval; a rig on another broker gets its command through
+// Fleet::enqueue_routed, and the command's record is read from the store (later,
+// when the store answers later). Every broker looks at the store's unfinished
+// jobs every kJobAdoptIntervalMs and takes over one whose holder is gone, so a
+// broker's kill -9 stops none of its jobs for longer than the hold's TTL (or at
+// once, when the mesh shows that broker's channel empty).
+//
 // Pure logic over a Fleet and a CommandStore: whoever owns the table tells it
 // when a command finished (Fleet events) and calls tick() about once a second.
-// Threading: the loop thread, like Fleet.
+// Threading: the loop thread, like Fleet: answers that come later (Redis) come
+// on it too, and find the table through a token that dies with it.
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
+#include <set>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -79,6 +91,8 @@ inline constexpr std::uint64_t kJobSaveIntervalMs = 5000;
 // Commands in flight are read back this often, in case one ended without an
 // event reaching the table (another broker sharing the store finished it).
 inline constexpr std::uint64_t kJobReconcileIntervalMs = 5000;
+// Shared jobs: how often a broker looks for unfinished jobs nobody drives.
+inline constexpr std::uint64_t kJobAdoptIntervalMs = 10000;
 
 // The longest the job's commands can take: one command's deliver_within_s +
 // timeout_s (the request's, or the kind's defaults) for each wave that
@@ -138,6 +152,8 @@ struct Job {
   std::array<std::size_t, kJobRigOutcomeCount> counts{};
   bool stopped = false;                      // too many errors: nothing more is sent
   bool expired = false;                      // the deadline ended it
+  bool expiring = false;                     // the deadline passed; its commands' records are being read
+  bool dispatching = false;                  // dispatch() is sending: an answer that comes now waits for it
   // Rigs before this index are not pending: dispatch walks forward, so a
   // fleet-wide job costs O(1) per finished command, not a scan of every rig.
   std::size_t next_pending = 0;
@@ -157,11 +173,27 @@ struct Job {
   void recount() noexcept;
 };
 
+// What a rig's command says about it: its id, state, and why it ended so. Only
+// this is kept of a command (its output may be 64 KiB, and a job has 20,000).
+struct JobCommandSummary {
+  std::string cmd_id;
+  CommandState state = CommandState::queued;
+  std::string detail;
+};
+
 class JobTable {
  public:
   // `store`: where jobs are recorded (null: nowhere). `history`: finished jobs
   // kept in memory (the store has the others).
   explicit JobTable(CommandStore* store = nullptr, std::size_t history = 1000) : store_(store), history_(history) {}
+  ~JobTable() { alive_.reset(); }
+  JobTable(const JobTable&) = delete;
+  JobTable& operator=(const JobTable&) = delete;
+  // What the table says about jobs that change hands (taken over, lost to
+  // another broker); unset: nothing.
+  void set_notices(std::function<void(const std::string&)> notice) { notice_ = std::move(notice); }
+  // The time for answers that come later (default: the wall clock).
+  void set_clock(std::function<std::uint64_t()> now_ms) { now_ms_ = std::move(now_ms); }
   void set_store(CommandStore* store, std::size_t history) {
     store_ = store;
     history_ = history;
@@ -180,7 +212,14 @@ class JobTable {
   // Re-creates an unfinished job from its record (a broker's start-up): each
   // rig's state from its command's record, then it goes on (the rigs still
   // pending are sent to; one whose deadline passed ends now). The caller persists.
+  // The same with its answer later, when the store answers later (Redis).
+  using Resumed = std::function<void(Expected<const Job*>)>;
+  void resume_then(Fleet& fleet, const JobRecord& record, std::uint64_t now_ms, Resumed done);
+  // resume_then(), answered before it returns (an error if the store answers later).
   Expected<const Job*> resume(Fleet& fleet, const JobRecord& record, std::uint64_t now_ms);
+  // At start-up: claims each unfinished job of the store (Fleet::hold_job) and
+  // resumes those it holds; a job another live broker drives is left to it.
+  void resume_all(Fleet& fleet, const std::vector<JobRecord>& records, std::uint64_t now_ms, Resumed each);
 
   // A command reached a final state: records its rig's outcome and sends to the
   // next rigs. False if it belongs to no job here.
@@ -196,11 +235,40 @@ class JobTable {
   const Job* find(std::string_view job_id) const;
   // Jobs not finished (their owner listens to the Fleet and ticks meanwhile).
   std::size_t running() const noexcept { return jobs_.size() - finished_.size(); }
+  // Jobs being taken over, or resumed from their record, right now.
+  std::size_t arriving() const noexcept { return arriving_.size(); }
   // Every job in memory, newest first.
   void for_each_newest_first(const std::function<void(const Job&)>& visit) const;
 
  private:
+  using CommandSummary = JobCommandSummary;
+  using Summaries = std::vector<std::optional<CommandSummary>>;
+  // The summaries of `cmd_ids`, in their order: before it returns from a store
+  // that answers at once, later from one that does not.
+  void read_summaries(const Fleet& fleet, std::vector<std::string> cmd_ids, std::function<void(Summaries)> done);
+  std::uint64_t now() const;
+  // A callback's guard: false once the table is gone.
+  std::weak_ptr<int> token() const { return alive_; }
+
+  struct ResumeState;
+  void resume_page(Fleet& fleet, const std::shared_ptr<ResumeState>& st);
+  void resume_place(Fleet& fleet, ResumeState& st);
   void dispatch(Fleet& fleet, Job& job);
+  // The owner broker's answer for a rig's routed command.
+  void routed(Fleet& fleet, const std::string& job_id, std::size_t index, Fleet::RoutedOutcome out);
+  // The command's record read: settles its rig if it is over.
+  void finish_command(Fleet& fleet, const std::string& cmd_id, const std::optional<CommandSummary>& cmd,
+                      std::uint64_t now_ms);
+  // After a change that came later (an answer, a read): the next rigs, the record.
+  void went_on(Fleet& fleet, Job& job, std::uint64_t now_ms);
+  void expire_with(Fleet& fleet, Job& job, const Summaries& cmds, std::uint64_t now_ms);
+  void hold_running(Fleet& fleet);
+  void adopt_orphans(Fleet& fleet);
+  // Stops driving a job another broker holds now (its record is that broker's).
+  void disown(const std::string& job_id, const std::string& holder);
+  void notice(const std::string& text) const {
+    if (notice_) notice_(text);
+  }
   // Over max_errors: stops the job, its pending rigs skipped.
   static void after_error(Job& job);
   // The job's change is done: finishes it if nothing is left, or marks it to be saved.
@@ -219,6 +287,14 @@ class JobTable {
   // cmd_id -> (its job, the rig's index)
   std::unordered_map<std::string, std::pair<Job*, std::size_t>, TransparentStringHash, std::equal_to<>> in_flight_;
   std::uint64_t reconciled_at_ms_ = 0;
+  std::uint64_t held_at_ms_ = 0;
+  std::uint64_t adopted_at_ms_ = 0;
+  bool reconciling_ = false;
+  bool scanning_ = false;
+  std::set<std::string, std::less<>> arriving_;  // job ids being claimed or read for a resume
+  std::function<void(const std::string&)> notice_;
+  std::function<std::uint64_t()> now_ms_;
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);
 };
 
 }  // namespace fleetlink::broker

@@ -80,7 +80,7 @@ void run_job_tick(lws_sorted_usec_list_t* sul) {
 // Listen to the Fleet, and tick, while a job runs; stop when none does.
 void sync_job_subscription(ControlState* state) {
   if (!state->serving()) return;
-  const bool want = state->jobs.running() > 0;
+  const bool want = state->jobs.running() > 0 || state->jobs.arriving() > 0;
   if (want && !state->job_subscribed) {
     const EventTypes finals{EventType::command_done};
     state->job_subscription = state->fleet->events().subscribe(finals, [state](const FleetEvent& event) {
@@ -95,31 +95,32 @@ void sync_job_subscription(ControlState* state) {
     state->fleet->events().unsubscribe(state->job_subscription);
     state->job_subscribed = false;
   }
-  if (want && !state->tick.scheduled && state->context != nullptr) {
+  // Brokers sharing their jobs also tick for none: each looks for jobs whose holder is gone.
+  const bool tick = want || state->fleet->shares_jobs();
+  if (tick && !state->tick.scheduled && state->context != nullptr) {
     state->tick.scheduled = true;
     lws_sul_schedule(state->context, 0, &state->tick.sul, run_job_tick, kJobTickUs);
   }
 }
 
-// At start-up: the unfinished jobs of the store go on where their commands are.
+// At start-up: the unfinished jobs of the store go on where their commands are
+// (those this broker holds: with several brokers, another may drive one).
 void resume_jobs(ControlState* state, const std::vector<JobRecord>& records) {
   if (records.empty()) return;
-  const std::uint64_t now = unix_now_ms();
-  for (const JobRecord& record : records) {
-    Expected<const Job*> job = state->jobs.resume(*state->fleet, record, now);
+  state->jobs.resume_all(*state->fleet, records, unix_now_ms(), [state](Expected<const Job*> job) {
     if (!job) {
-      FL_WARN("job %s not resumed: %s", record.job_id.c_str(), job.error().detail.c_str());
-      continue;
+      FL_WARN("job not resumed: %s", job.error().detail.c_str());
+      return;
     }
     const Job& j = **job;
     FL_INFO("job %s resumed (%s): %zu rigs, %zu in flight, %zu pending, %zu settled", j.job_id.c_str(),
             to_string(j.state()), j.rigs.size(), j.count(JobRigOutcome::dispatched), j.count(JobRigOutcome::pending),
             j.rigs.size() - j.count(JobRigOutcome::dispatched) - j.count(JobRigOutcome::pending));
-  }
-  state->fleet->when_recorded(state->fleet->persist(), [](const Expected<void>& kept) {
-    if (!kept) FL_ERROR("resumed jobs: their records could not be written: %s", kept.error().detail.c_str());
+    state->fleet->when_recorded(state->fleet->persist(), [](const Expected<void>& kept) {
+      if (!kept) FL_ERROR("resumed jobs: their records could not be written: %s", kept.error().detail.c_str());
+    });
+    sync_job_subscription(state);
   });
-  sync_job_subscription(state);
 }
 
 // ---- the end-of-turn flush ----
@@ -230,6 +231,7 @@ fleetlink::Expected<lws_vhost*> create_control_vhost(lws_context* context,
   const bool durable = options.store != nullptr && options.store->durable();
   state->jobs.set_store(options.store, durable ? 16 : 1000);
   state->options.jobs = &state->jobs;
+  state->jobs.set_notices([](const std::string& text) { FL_INFO("%s", text.c_str()); });
   state->fleet = &fleet;
   state->metrics = &metrics;
   state->context = context;
@@ -261,6 +263,7 @@ fleetlink::Expected<lws_vhost*> create_control_vhost(lws_context* context,
   }
   *slot = state;
   control_net::resume_jobs(state, unfinished_jobs);
+  control_net::sync_job_subscription(state);
   return vhost;
 }
 

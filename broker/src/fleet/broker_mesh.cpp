@@ -14,12 +14,13 @@ const char* to_string(MeshKind k) noexcept {
     case MeshKind::reconnect_answer: return "reconnect_answer";
     case MeshKind::event: return "event";
     case MeshKind::rig_seen: return "rig_seen";
+    case MeshKind::ping: return "ping";
   }
   return "unknown";
 }
 
 std::optional<MeshKind> mesh_kind_from_string(std::string_view s) noexcept {
-  for (std::uint8_t i = 0; i <= static_cast<std::uint8_t>(MeshKind::rig_seen); ++i) {
+  for (std::uint8_t i = 0; i <= static_cast<std::uint8_t>(kLastMeshKind); ++i) {
     const auto k = static_cast<MeshKind>(i);
     if (s == to_string(k)) return k;
   }

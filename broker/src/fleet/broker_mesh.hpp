@@ -14,6 +14,8 @@
 //   reconnect   to every broker: the one holding the rig closes it; each answers
 //   event       to every broker: a lifecycle event, re-emitted on its event bus
 //   rig_seen    to every broker: a rig this one holds, for the fleet view (GET /v1/rigs)
+//   ping        "are you there?": nothing to do; the count of listeners PUBLISH
+//               answers tells whether that broker is alive (a job's holder)
 //
 // Pure: the interface the fleet core calls; redis/redis_mesh.hpp carries it.
 #include <cstdint>
@@ -39,7 +41,9 @@ enum class MeshKind : std::uint8_t {
   reconnect_answer,
   event,
   rig_seen,  // to every broker: a rig this one holds (at its HELLO, then every inventory pass)
+  ping,      // to one broker: its channel's listeners say whether it is alive
 };
+inline constexpr MeshKind kLastMeshKind = MeshKind::ping;
 const char* to_string(MeshKind k) noexcept;
 std::optional<MeshKind> mesh_kind_from_string(std::string_view s) noexcept;
 

@@ -283,6 +283,24 @@ class Fleet {
     const bool closed = force_reconnect(rig_id);
     done(closed, closed || rig(rig_id).has_value());
   }
+
+  // ---- fan-out jobs across brokers (control/jobs.hpp) ----
+  // Other brokers share the jobs (a shared registry and store): each running
+  // job is driven by the broker that holds it, and one whose holder is gone is
+  // taken over by another.
+  virtual bool shares_jobs() const { return false; }
+  struct JobHold {
+    bool held = true;            // this broker drives the job
+    std::string holder;          // !held: the broker that does ("" if unknown)
+    std::optional<Error> error;  // the registry could not say (held is false)
+  };
+  // take: claim the job (one this broker starts, resumes or takes over; a holder
+  // that is gone is replaced); otherwise renew the hold of one it drives.
+  virtual void hold_job(std::string_view /*job_id*/, bool /*take*/, std::function<void(JobHold)> done) {
+    done(JobHold{true, broker_id(), std::nullopt});
+  }
+  // How often a driven job's hold is renewed (its TTL is several times this).
+  virtual std::uint64_t job_hold_refresh_ms() const { return 10000; }
 };
 
 }  // namespace fleetlink::broker

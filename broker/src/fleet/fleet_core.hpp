@@ -163,6 +163,9 @@ class FleetCore final : public Fleet {
   EventBus& events() override { return bus_; }
   bool routes_elsewhere(std::string_view rig_id) const override;
   bool cancel_routes_elsewhere(std::string_view cmd_id) const override;
+  bool shares_jobs() const override;
+  void hold_job(std::string_view job_id, bool take, std::function<void(JobHold)> done) override;
+  std::uint64_t job_hold_refresh_ms() const override { return settings_.registry_refresh_ms; }
   void enqueue_routed(CommandRequest request, std::function<void(RoutedOutcome)> done) override;
   void cancel_routed(std::string_view cmd_id, std::function<void(CancelOutcome)> done) override;
   void force_reconnect_routed(std::string_view rig_id, std::function<void(bool closed, bool known)> done) override;

@@ -143,13 +143,23 @@ void FleetCore::enqueue_routed(CommandRequest request, std::function<void(Routed
     note.rig_id = request.rig_id;
     note.command = request;
     mesh_->send(owner_id, note,
-                [this, ask, request = std::move(request)](Expected<std::size_t> listeners) mutable {
+                [this, ask, owner_id, request = std::move(request)](Expected<std::size_t> listeners) mutable {
                   if (listeners && *listeners > 0) return;  // its answer settles the ask
-                  // Its broker is gone (or the mesh is): held here for the rig's next connection.
                   const auto it = asks_.find(ask);
                   if (it == asks_.end()) return;
                   auto settle = std::move(it->second.done);
                   asks_.erase(it);
+                  if (!listeners && listeners.error().code == Errc::too_large) {
+                    MeshNote refused;
+                    refused.from = settings_.broker_id;
+                    refused.outcome = route_failure(EnqueueError::bad_request, request.rig_id,
+                                                    "too large to hand to broker " + owner_id + ", which holds the "
+                                                    "rig: " + listeners.error().detail + "; send it through that "
+                                                    "broker");
+                    if (settle) settle(&refused);
+                    return;
+                  }
+                  // Its broker is gone (or the mesh is): held here for the rig's next connection.
                   request.hold = true;
                   enqueue_here(std::move(request), [settle = std::move(settle)](RoutedOutcome out) {
                     MeshNote local;
@@ -196,6 +206,45 @@ void FleetCore::force_reconnect_routed(std::string_view rig_id, std::function<vo
   note.kind = MeshKind::reconnect;
   note.rig_id = id;
   broadcast_ask(ask, std::move(note));
+}
+
+// ---------------------------------------------------------------------------------
+// who drives a fan-out job
+
+bool FleetCore::shares_jobs() const { return mesh_ != nullptr && registry_.shared(); }
+
+void FleetCore::hold_job(std::string_view job_id, bool take, std::function<void(JobHold)> done) {
+  if (!shares_jobs()) return Fleet::hold_job(job_id, take, std::move(done));
+  const std::string id(job_id);
+  const std::string& me = settings_.broker_id;
+  RegistryBackend& backend = registry_.backend();
+  if (!take) {
+    backend.refresh_job(id, me, clock_.wall_ms(), [me, done = std::move(done)](Expected<RefreshResult> r) {
+      if (!r) return done(JobHold{false, {}, r.error()});
+      if (r->outcome != RefreshOutcome::superseded) return done(JobHold{true, me, std::nullopt});
+      done(JobHold{false, r->owner ? r->owner->broker_id : std::string(), std::nullopt});
+    });
+    return;
+  }
+  backend.claim_job(id, me, false, clock_.wall_ms(), [this, id, me, done = std::move(done)](Expected<ClaimResult> r) {
+    if (!r) return done(JobHold{false, {}, r.error()});
+    if (r->outcome != ClaimOutcome::lost) return done(JobHold{true, me, std::nullopt});
+    const std::string holder = r->before ? r->before->broker_id : std::string();
+    if (holder.empty() || mesh_ == nullptr || !mesh_->up()) return done(JobHold{false, holder, std::nullopt});
+    // Held elsewhere: taken over at once if nobody listens on its holder's
+    // channel (that broker is gone), instead of when its hold runs out.
+    MeshNote ping;
+    ping.kind = MeshKind::ping;
+    ping.from = me;
+    mesh_->send(holder, ping, [this, id, me, holder, done](Expected<std::size_t> listeners) {
+      if (!listeners || *listeners > 0 || mesh_ == nullptr) return done(JobHold{false, holder, std::nullopt});
+      registry_.backend().claim_job(id, me, true, clock_.wall_ms(), [me, holder, done](Expected<ClaimResult> again) {
+        if (!again) return done(JobHold{false, holder, again.error()});
+        if (again->outcome == ClaimOutcome::lost) return done(JobHold{false, holder, std::nullopt});
+        done(JobHold{true, me, std::nullopt});
+      });
+    });
+  });
 }
 
 // ---------------------------------------------------------------------------------
@@ -277,6 +326,8 @@ void FleetCore::on_mesh(const MeshNote& note) {
     case MeshKind::rig_seen:
       heard_of(note);
       return;
+    case MeshKind::ping:
+      return;  // PUBLISH's count of listeners was the answer
   }
 }
 

@@ -29,6 +29,7 @@ class RigRegistry {
   bool backend_up() const { return backend_.up(); }
   // Other brokers share the registry: a rig not here may be connected to one of them.
   bool shared() const noexcept { return backend_.shared(); }
+  RegistryBackend& backend() noexcept { return backend_; }
   std::string_view backend_name() const noexcept { return backend_.name(); }
   const std::string& broker_id() const noexcept { return broker_id_; }
   // Every registered session, in no particular order.

@@ -25,8 +25,17 @@ void RedisMesh::send(std::string_view broker_id, const MeshNote& note, Reached r
 void RedisMesh::broadcast(const MeshNote& note, Reached reached) { publish(fleet_channel_, note, std::move(reached)); }
 
 void RedisMesh::publish(const std::string& channel, const MeshNote& note, Reached reached) {
+  std::string text = encode_note(note);
+  if (text.size() > kMaxMeshNoteBytes) {
+    // Its receiver would refuse it: said now, so that the sender answers instead of timing out.
+    if (reached)
+      reached(make_error(Errc::too_large, "a " + std::string(to_string(note.kind)) + " note of " +
+                                              std::to_string(text.size()) + " bytes (the mesh carries at most " +
+                                              std::to_string(kMaxMeshNoteBytes) + ")"));
+    return;
+  }
   ++out_;
-  publisher_.command({"PUBLISH", channel, encode_note(note)}, [reached = std::move(reached)](Expected<Reply> r) {
+  publisher_.command({"PUBLISH", channel, std::move(text)}, [reached = std::move(reached)](Expected<Reply> r) {
     if (!reached) return;
     if (!r) return reached(r.error());
     if (r->type != Reply::Type::integer)

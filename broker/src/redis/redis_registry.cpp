@@ -22,10 +22,16 @@ std::string RedisRegistry::key_of(std::string_view rig_id) const {
   return k;
 }
 
-void RedisRegistry::run(std::string_view rig_id, std::string_view op, std::string_view boot_id,
+std::string RedisRegistry::job_key_of(std::string_view job_id) const {
+  std::string k = options_.job_key_prefix;
+  k.append(job_id);
+  return k;
+}
+
+void RedisRegistry::run(std::string key, std::string_view op, std::string_view boot_id,
                         std::string_view broker_id, bool force, TextCallback done) {
   // EVALSHA <sha> 1 <key> op boot broker ttl force; the sha goes in when known.
-  std::vector<std::string> argv{"EVALSHA", "", "1", key_of(rig_id), std::string(op), std::string(boot_id),
+  std::vector<std::string> argv{"EVALSHA", "", "1", std::move(key), std::string(op), std::string(boot_id),
                                 std::string(broker_id), std::to_string(options_.ttl.count()), force ? "1" : "0"};
   if (sha_.empty()) {
     load_then(std::move(argv), std::move(done));
@@ -65,7 +71,7 @@ void RedisRegistry::evalsha(std::vector<std::string> argv, bool may_reload, Text
 
 void RedisRegistry::claim(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id, bool force,
                           std::uint64_t /*now_ms*/, ClaimDone done) {
-  run(rig_id, "hello", boot_id, broker_id, force, [done = std::move(done)](Expected<std::string> text) {
+  run(key_of(rig_id), "hello", boot_id, broker_id, force, [done = std::move(done)](Expected<std::string> text) {
     if (!text) return done(text.error());
     done(parse_claim_reply(*text));
   });
@@ -73,7 +79,7 @@ void RedisRegistry::claim(std::string_view rig_id, std::string_view boot_id, std
 
 void RedisRegistry::refresh(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id,
                             std::uint64_t /*now_ms*/, RefreshDone done) {
-  run(rig_id, "refresh", boot_id, broker_id, false, [done = std::move(done)](Expected<std::string> text) {
+  run(key_of(rig_id), "refresh", boot_id, broker_id, false, [done = std::move(done)](Expected<std::string> text) {
     if (!text) return done(text.error());
     done(parse_refresh_reply(*text));
   });
@@ -85,9 +91,29 @@ void RedisRegistry::release(std::string_view rig_id, std::string_view boot_id, s
 
 void RedisRegistry::release_then(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id,
                                  std::function<void(Expected<bool>)> done) {
-  run(rig_id, "release", boot_id, broker_id, false, [done = std::move(done)](Expected<std::string> text) {
+  run(key_of(rig_id), "release", boot_id, broker_id, false, [done = std::move(done)](Expected<std::string> text) {
     if (!text) return done(text.error());
     done(parse_release_reply(*text));
+  });
+}
+
+namespace {
+constexpr std::string_view kJobBoot = "job";  // a job's holder has no boot: only the broker differs
+}  // namespace
+
+void RedisRegistry::claim_job(std::string_view job_id, std::string_view broker_id, bool force,
+                              std::uint64_t /*now_ms*/, ClaimDone done) {
+  run(job_key_of(job_id), "hello", kJobBoot, broker_id, force, [done = std::move(done)](Expected<std::string> text) {
+    if (!text) return done(text.error());
+    done(parse_claim_reply(*text));
+  });
+}
+
+void RedisRegistry::refresh_job(std::string_view job_id, std::string_view broker_id, std::uint64_t /*now_ms*/,
+                                RefreshDone done) {
+  run(job_key_of(job_id), "refresh", kJobBoot, broker_id, false, [done = std::move(done)](Expected<std::string> text) {
+    if (!text) return done(text.error());
+    done(parse_refresh_reply(*text));
   });
 }
 

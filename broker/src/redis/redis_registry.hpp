@@ -23,6 +23,7 @@ namespace fleetlink::broker::redis {
 
 struct RegistryOptions {
   std::string key_prefix = "rig:";
+  std::string job_key_prefix = "jobhold:";  // `jobhold:<job_id>` = `job|<broker_id>`
   std::chrono::milliseconds ttl{60'000};
 };
 
@@ -44,14 +45,21 @@ class RedisRegistry final : public RegistryBackend {
                RefreshDone done) override;
   void release(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id) override;
   void lookup(std::string_view rig_id, std::uint64_t now_ms, LookupDone done) override;
+  // The rig script on `jobhold:<job_id>`, with a boot that never changes ("job"):
+  // a claim wins only a free key or its own, a refresh keeps only its own.
+  void claim_job(std::string_view job_id, std::string_view broker_id, bool force, std::uint64_t now_ms,
+                 ClaimDone done) override;
+  void refresh_job(std::string_view job_id, std::string_view broker_id, std::uint64_t now_ms,
+                   RefreshDone done) override;
+  std::string job_key_of(std::string_view job_id) const;
   // release() with its answer (true: the key was ours and is gone).
   void release_then(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id,
                     std::function<void(Expected<bool>)> done);
 
  private:
   using TextCallback = std::function<void(Expected<std::string>)>;
-  // Runs the script with these arguments (after KEYS[1]); answers its text.
-  void run(std::string_view rig_id, std::string_view op, std::string_view boot_id, std::string_view broker_id,
+  // Runs the script on `key` with these arguments; answers its text.
+  void run(std::string key, std::string_view op, std::string_view boot_id, std::string_view broker_id,
            bool force, TextCallback done);
   void evalsha(std::vector<std::string> argv, bool may_reload, TextCallback done);
   void load_then(std::vector<std::string> argv, TextCallback done);

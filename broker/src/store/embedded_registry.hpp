@@ -23,6 +23,13 @@ class EmbeddedRegistry final : public RegistryBackend {
                RefreshDone done) override;
   void release(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id) override;
   void lookup(std::string_view rig_id, std::uint64_t now_ms, LookupDone done) override;
+  // No other broker: every job is this one's.
+  void claim_job(std::string_view, std::string_view, bool, std::uint64_t, ClaimDone done) override {
+    done(ClaimResult{ClaimOutcome::won, std::nullopt});
+  }
+  void refresh_job(std::string_view, std::string_view, std::uint64_t, RefreshDone done) override {
+    done(RefreshResult{RefreshOutcome::extended, std::nullopt});
+  }
 
   // The same, answered as values (the embedded registry never waits).
   ClaimResult claim_now(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id, bool force,

@@ -72,6 +72,17 @@ class RegistryBackend {
   // The connection ended: drop the entry if it is still ours (nobody waits for the answer).
   virtual void release(std::string_view rig_id, std::string_view boot_id, std::string_view broker_id) = 0;
   virtual void lookup(std::string_view rig_id, std::uint64_t now_ms, LookupDone done) = 0;
+
+  // A running fan-out job is driven by one broker, its holder, under the same
+  // rules as a rig with a fixed boot: claim_job wins a free key (or one this
+  // broker holds already; `force` for a holder known to be gone) and otherwise
+  // loses, naming the holder; refresh_job extends the holder's TTL, writes a
+  // key that has gone, and answers superseded when another broker holds it.
+  // One broker alone always holds its jobs.
+  virtual void claim_job(std::string_view job_id, std::string_view broker_id, bool force, std::uint64_t now_ms,
+                         ClaimDone done) = 0;
+  virtual void refresh_job(std::string_view job_id, std::string_view broker_id, std::uint64_t now_ms,
+                           RefreshDone done) = 0;
 };
 
 }  // namespace fleetlink::broker

@@ -1,7 +1,10 @@
 #pragma once
 // A scriptable in-memory Fleet for the control API's unit tests: the real
 // data plane is exercised by the integration tests.
+#include <deque>
+#include <functional>
 #include <map>
+#include <set>
 #include <optional>
 #include <string>
 #include <utility>
@@ -30,6 +33,57 @@ class FakeFleet final : public Fleet {
   std::uint64_t next_seq = 1;
   bool record_enqueued = false;  // enqueue() also puts the command in `commands` (queued)
   mutable int list_calls = 0;    // list_commands() calls
+
+  // Several brokers: rigs connected elsewhere get their commands through
+  // enqueue_routed, whose answers the test gives (routed, oldest first).
+  std::set<std::string, std::less<>> elsewhere;
+  std::deque<std::pair<CommandRequest, std::function<void(RoutedOutcome)>>> routed;
+  // A store that answers later: command_then's answers wait in `reads` for the test.
+  bool later = false;
+  mutable std::deque<std::pair<std::string, std::function<void(std::optional<CommandView>)>>> reads;
+  // Shared jobs: hold_job's answers wait in `holds` for the test.
+  bool shared = false;
+  struct HoldCall {
+    std::string job_id;
+    bool take = false;
+    std::function<void(JobHold)> done;
+  };
+  std::deque<HoldCall> holds;
+
+  bool routes_elsewhere(std::string_view rig_id) const override { return elsewhere.count(rig_id) != 0; }
+  void enqueue_routed(CommandRequest request, std::function<void(RoutedOutcome)> done) override {
+    if (!routes_elsewhere(request.rig_id)) return Fleet::enqueue_routed(std::move(request), std::move(done));
+    routed.emplace_back(std::move(request), std::move(done));
+  }
+  // The oldest routed command gets its owner's answer.
+  void answer_routed(EnqueueOutcome outcome) {
+    auto [req, done] = std::move(routed.front());
+    routed.pop_front();
+    done(RoutedOutcome{std::move(outcome), std::nullopt, "broker-b"});
+  }
+  bool reads_later() const override { return later; }
+  void command_then(std::string_view cmd_id, std::function<void(std::optional<CommandView>)> done) const override {
+    if (!later) return done(command(cmd_id));
+    reads.emplace_back(std::string(cmd_id), std::move(done));
+  }
+  // Every waiting read gets what `commands` holds now.
+  void answer_reads() {
+    while (!reads.empty()) {
+      auto [id, done] = std::move(reads.front());
+      reads.pop_front();
+      done(command(id));
+    }
+  }
+  bool shares_jobs() const override { return shared; }
+  void hold_job(std::string_view job_id, bool take, std::function<void(JobHold)> done) override {
+    if (!shared) return Fleet::hold_job(job_id, take, std::move(done));
+    holds.push_back({std::string(job_id), take, std::move(done)});
+  }
+  void answer_hold(bool held, std::string holder = {}) {
+    HoldCall c = std::move(holds.front());
+    holds.pop_front();
+    c.done(JobHold{held, held ? broker_id() : std::move(holder), std::nullopt});
+  }
 
   EnqueueOutcome enqueue(CommandRequest request) override {
     if (next_failure) {

@@ -64,6 +64,26 @@ struct FakeRegistry final : RegistryBackend {
     ++lookup_calls;
     lookups.push_back({std::string(rig_id), std::move(done)});
   }
+  struct JobCall {
+    std::string job_id, broker_id;
+    bool force = false;
+    ClaimDone claim;      // claim_job
+    RefreshDone refresh;  // refresh_job
+  };
+  std::deque<JobCall> job_calls;
+  void claim_job(std::string_view job_id, std::string_view broker_id, bool force, std::uint64_t,
+                 ClaimDone done) override {
+    job_calls.push_back({std::string(job_id), std::string(broker_id), force, std::move(done), {}});
+  }
+  void refresh_job(std::string_view job_id, std::string_view broker_id, std::uint64_t, RefreshDone done) override {
+    job_calls.push_back({std::string(job_id), std::string(broker_id), false, {}, std::move(done)});
+  }
+  JobCall take_job_call() {
+    REQUIRE_FALSE(job_calls.empty());
+    JobCall c = std::move(job_calls.front());
+    job_calls.pop_front();
+    return c;
+  }
 
   // The oldest waiting call gets its answer (taken out first: the answer may ask again).
   void answer_claim(Expected<ClaimResult> r) {
@@ -678,6 +698,16 @@ TEST_CASE("mesh enqueue_routed: the owner broker takes it, or the deadline answe
     CHECK(f.core->command(cmd_id)->state == CommandState::queued);
     CHECK(f.store->stored(cmd_id));  // recorded before the answer
   }
+  SUBCASE("too large for the mesh: refused at once (400), neither held here nor timed out") {
+    FakeMesh::reach(cmd, Expected<std::size_t>(make_error(Errc::too_large, "a command note of 300000 bytes")));
+    REQUIRE(calls == 1);
+    const auto* failure = std::get_if<EnqueueFailure>(&got->outcome);
+    REQUIRE(failure);
+    CHECK(failure->error == EnqueueError::bad_request);
+    CHECK(failure->detail.find("broker-b") != std::string::npos);
+    CHECK(f.core->mesh_asks() == 0);
+    CHECK_FALSE(f.core->command(cmd_id));
+  }
   SUBCASE("the mesh is down when it is sent: held here") {
     FakeMesh::reach(cmd, Expected<std::size_t>(make_error(Errc::io, "mesh down")));
     REQUIRE(calls == 1);
@@ -1152,4 +1182,57 @@ TEST_CASE("mesh notes: this broker's own notes are ignored") {
   f.core->on_mesh(own);
   CHECK_FALSE(got);
   CHECK(f.core->mesh_asks() == 1);
+}
+
+TEST_CASE("mesh: a job's hold -- claimed, renewed, taken at once from a broker whose channel is empty") {
+  MeshFixture f;
+  CHECK(f.core->shares_jobs());
+  std::vector<Fleet::JobHold> got;
+  auto keep = [&](Fleet::JobHold h) { got.push_back(std::move(h)); };
+
+  // A free hold: won.
+  f.core->hold_job("job-1", true, keep);
+  FakeRegistry::JobCall c = f.registry.take_job_call();
+  CHECK(c.job_id == "job-1");
+  CHECK(c.broker_id == kMe);
+  CHECK_FALSE(c.force);
+  c.claim(ClaimResult{ClaimOutcome::won, std::nullopt});
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].held);
+
+  // Held by a live broker: its channel has a listener, so the claim stays lost.
+  f.core->hold_job("job-2", true, keep);
+  f.registry.take_job_call().claim(ClaimResult{ClaimOutcome::lost, RegistryEntry{"job", "broker-b"}});
+  FakeMesh::Sent& ping = f.mesh.only(MeshKind::ping);
+  CHECK(ping.to == "broker-b");
+  FakeMesh::reach(ping, std::size_t{1});
+  REQUIRE(got.size() == 2);
+  CHECK_FALSE(got[1].held);
+  CHECK(got[1].holder == "broker-b");
+  CHECK(f.registry.job_calls.empty());
+
+  // Held by a broker that is gone (nobody listens): claimed again, forced.
+  f.mesh.sent.clear();
+  f.core->hold_job("job-3", true, keep);
+  f.registry.take_job_call().claim(ClaimResult{ClaimOutcome::lost, RegistryEntry{"job", "broker-c"}});
+  FakeMesh::reach(f.mesh.only(MeshKind::ping), std::size_t{0});
+  FakeRegistry::JobCall forced = f.registry.take_job_call();
+  CHECK(forced.force);
+  forced.claim(ClaimResult{ClaimOutcome::superseded, RegistryEntry{"job", "broker-c"}});
+  REQUIRE(got.size() == 3);
+  CHECK(got[2].held);
+
+  // A renewal another broker's claim superseded: not held any more, and by whom.
+  f.core->hold_job("job-1", false, keep);
+  FakeRegistry::JobCall renew = f.registry.take_job_call();
+  REQUIRE(renew.refresh);
+  renew.refresh(RefreshResult{RefreshOutcome::superseded, RegistryEntry{"job", "broker-c"}});
+  REQUIRE(got.size() == 4);
+  CHECK_FALSE(got[3].held);
+  CHECK(got[3].holder == "broker-c");
+  // The registry away: no answer, an error (the job goes on where it is).
+  f.core->hold_job("job-1", false, keep);
+  f.registry.take_job_call().refresh(Expected<RefreshResult>(make_error(Errc::io, "redis down")));
+  REQUIRE(got.size() == 5);
+  CHECK(got[4].error.has_value());
 }

@@ -25,7 +25,7 @@ namespace {
 constexpr MeshKind kAllKinds[] = {MeshKind::probe,         MeshKind::superseded,    MeshKind::command,
                                   MeshKind::command_answer, MeshKind::cancel,       MeshKind::cancel_answer,
                                   MeshKind::reconnect,     MeshKind::reconnect_answer, MeshKind::event,
-                                  MeshKind::rig_seen};
+                                  MeshKind::rig_seen,      MeshKind::ping};
 constexpr CancelOutcome kAllCancels[] = {CancelOutcome::unknown, CancelOutcome::finished, CancelOutcome::pending,
                                          CancelOutcome::cancelled, CancelOutcome::requested};
 constexpr EnqueueError kAllEnqueueErrors[] = {

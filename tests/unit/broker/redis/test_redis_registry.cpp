@@ -96,6 +96,18 @@ struct Fixture {
     REQUIRE(out->has_value());
     return **out;
   }
+  Expected<ClaimReply> claim_job(const std::string& job, const std::string& broker, bool force = false) {
+    std::optional<Expected<ClaimReply>> out;
+    reg->claim_job(job, broker, force, 0, [&](Expected<ClaimReply> r) { out = std::move(r); });
+    REQUIRE(loop.run_until([&] { return out.has_value(); }));
+    return std::move(*out);
+  }
+  Expected<RefreshReply> refresh_job(const std::string& job, const std::string& broker) {
+    std::optional<Expected<RefreshReply>> out;
+    reg->refresh_job(job, broker, 0, [&](Expected<RefreshReply> r) { out = std::move(r); });
+    REQUIRE(loop.run_until([&] { return out.has_value(); }));
+    return std::move(*out);
+  }
   Reply raw(const std::vector<std::string>& argv) {
     std::optional<Expected<Reply>> out;
     conn->command(argv, [&](Expected<Reply> r) { out = std::move(r); });
@@ -205,6 +217,33 @@ TEST_CASE("redis registry: the TTL ends an unrefreshed key; a refresh of a live 
   REQUIRE(back);
   CHECK(back->outcome == RefreshOutcome::restored);
   CHECK(f.lookup("rig-4")->broker_id == "broker-a");
+}
+
+TEST_CASE("redis registry: a job's hold -- one broker drives it; another takes it only when forced") {
+  Fixture f;
+  auto a = f.claim_job("job-1", "broker-a");
+  REQUIRE(a);
+  CHECK(a->outcome == ClaimOutcome::won);
+  CHECK(f.raw({"GET", "jobhold:job-1"}).str == "job|broker-a");
+  CHECK(f.raw({"PTTL", "jobhold:job-1"}).integer > 55'000);
+  CHECK(f.claim_job("job-1", "broker-a")->outcome == ClaimOutcome::won);  // its own again (a restart)
+  // Another broker's claim loses, naming the holder, and changes nothing.
+  auto b = f.claim_job("job-1", "broker-b");
+  REQUIRE(b);
+  CHECK(b->outcome == ClaimOutcome::lost);
+  REQUIRE(b->before);
+  CHECK(b->before->broker_id == "broker-a");
+  CHECK(f.refresh_job("job-1", "broker-a")->outcome == RefreshOutcome::extended);
+  // The holder is gone (its channel is empty): forced, B holds it; A's late renewal is superseded.
+  CHECK(f.claim_job("job-1", "broker-b", true)->outcome == ClaimOutcome::superseded);
+  auto late = f.refresh_job("job-1", "broker-a");
+  REQUIRE(late);
+  CHECK(late->outcome == RefreshOutcome::superseded);
+  REQUIRE(late->owner);
+  CHECK(late->owner->broker_id == "broker-b");
+  CHECK(f.raw({"GET", "jobhold:job-1"}).str == "job|broker-b");
+  // A rig of the same name is another key.
+  CHECK(f.claim("job-1", kBootNew, "broker-a")->outcome == ClaimOutcome::won);
 }
 
 TEST_CASE("redis registry: the script is loaded once, called by SHA, and loaded again after NOSCRIPT") {
