@@ -110,7 +110,8 @@ std::optional<HttpResult> ControlClient::call(std::string_view method, std::stri
 
 long ControlClient::stream(std::string_view path,
                            const std::function<bool(std::string_view)>& on_data,
-                           TransportError& error) {
+                           TransportError& error, long timeout_ms) {
+  timed_out_ = false;
   CURL* curl = impl_->curl;
   if (curl == nullptr) {
     error.detail = "libcurl could not be initialised";
@@ -129,6 +130,7 @@ long ControlClient::stream(std::string_view path,
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+  if (timeout_ms > 0) curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, stream_body);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &sink);
   char errbuf[CURL_ERROR_SIZE] = {0};
@@ -137,6 +139,10 @@ long ControlClient::stream(std::string_view path,
   curl_slist_free_all(headers);
   long status = 0;
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+  if (rc == CURLE_OPERATION_TIMEDOUT && status == 200) {
+    timed_out_ = true;
+    return status;
+  }
   if (rc != CURLE_OK && !(rc == CURLE_WRITE_ERROR && sink.stopped)) {
     error.detail = std::string(errbuf[0] != '\0' ? errbuf : curl_easy_strerror(rc)) + " (" +
                    url + ")";

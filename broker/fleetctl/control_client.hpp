@@ -33,9 +33,11 @@ class ControlClient {
 
   // GET `path` and hand each received piece of the body to `on_data` until
   // the server closes, `on_data` returns false, or an error happens.
-  // Returns the HTTP status (0 when there was none).
+  // Returns the HTTP status (0 when there was none). timeout_ms > 0: it ends
+  // then at the latest (timed_out() says so).
   long stream(std::string_view path, const std::function<bool(std::string_view)>& on_data,
-              TransportError& error);
+              TransportError& error, long timeout_ms = 0);
+  bool timed_out() const noexcept { return timed_out_; }
 
   // Percent-encodes one path segment (a rig id or cmd_id).
   std::string escape(std::string_view segment);
@@ -47,6 +49,7 @@ class ControlClient {
   std::unique_ptr<Impl> impl_;
   std::string base_url_;
   std::string token_;
+  bool timed_out_ = false;
 };
 
 }  // namespace fleetctl

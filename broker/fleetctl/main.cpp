@@ -4,7 +4,7 @@
 //            send (--rig-glob G | --label k=v)... KIND [--max-concurrency N|P%] [--max-errors N|P%]
 //                 [--deadline S] [--wait]                               (a job)
 //            jobs [--state S] [--limit N] | job JOB_ID [--wait]
-//            status CMD_ID | cancel CMD_ID | reconnect RIG | drain [--window-ms N] | events | health
+//            status CMD_ID | logs [-f] CMD_ID | cancel CMD_ID | reconnect RIG | drain [--window-ms N] | events | health
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -20,6 +20,7 @@
 
 #include "control_client.hpp"
 #include "exit_codes.hpp"
+#include "logs_command.hpp"
 #include "output_format.hpp"
 
 namespace fleetctl {
@@ -376,6 +377,35 @@ int cmd_job(ControlClient& c, const Globals& g, const std::string& job_id, bool 
   return field_text(job, "state") == "running" ? kOk : finished_job_exit(job);
 }
 
+// The end of a followed command's output: its final state and exit code on
+// stderr (stdout holds only the output), and the exit code scripts branch on.
+int after_output(const FollowOutcome& o, const Globals& g, const std::string& cmd_id, double timeout_s) {
+  switch (o.kind) {
+    case FollowOutcome::Kind::unreachable: return unreachable(o.transport);
+    case FollowOutcome::Kind::refused: return api_error(o.http, g);
+    case FollowOutcome::Kind::timed_out:
+      return fail(kTimeout, "timed out after " + std::to_string(timeout_s) + "s following command " + cmd_id +
+                                " (last state: " + field_text(o.command, "state") +
+                                "); check later with: fleetctl status " + cmd_id);
+    case FollowOutcome::Kind::running:
+      std::cerr << "fleetctl: command " << cmd_id << " is " << field_text(o.command, "state")
+                << " (fleetctl logs -f " << cmd_id << " follows it)\n";
+      return kOk;
+    case FollowOutcome::Kind::finished: break;
+  }
+  if (o.gap_bytes > 0)
+    std::cerr << "fleetctl: " << o.gap_bytes << " bytes of output were not kept by the broker (not shown)\n";
+  const json result = o.command.value("result", json());
+  if (result.is_object() && result.value("truncated", false))
+    std::cerr << "fleetctl: output truncated (" << field_text(result, "dropped_bytes") << " bytes dropped)\n";
+  const std::string state = field_text(o.command, "state");
+  if (state == "succeeded") {
+    std::cerr << "fleetctl: command " << cmd_id << " succeeded, exit code " << field_text(result, "exit_code") << "\n";
+    return kOk;
+  }
+  return finished_command_exit(o.command);
+}
+
 int cmd_send(ControlClient& c, const Globals& g, const std::string& rig, const std::string& kind,
              int lines, const std::vector<std::string>& arg_list, const CommandDeadlines& deadlines, bool wait,
              double timeout_s) {
@@ -400,6 +430,12 @@ int cmd_send(ControlClient& c, const Globals& g, const std::string& rig, const s
   }
   std::cerr << "sent " << kind << " to " << rig << ": cmd_id " << cmd_id << " seq "
             << field_text(accepted, "seq") << "\n";
+  if (!g.json_output) {
+    // Its output as it comes, then its end.
+    ControlClient events(g.control, g.token);
+    const FollowOutcome o = print_command_output(c, events, cmd_id, true, timeout_s, std::cout);
+    return after_output(o, g, cmd_id, timeout_s);
+  }
 
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(timeout_s));
@@ -441,6 +477,12 @@ int cmd_send(ControlClient& c, const Globals& g, const std::string& rig, const s
     std::this_thread::sleep_for(std::min(delay, remaining));
     delay = std::min(delay * 2, std::chrono::milliseconds(250));
   }
+}
+
+int cmd_logs(ControlClient& c, const Globals& g, const std::string& cmd_id, bool follow, double timeout_s) {
+  ControlClient events(g.control, g.token);
+  const FollowOutcome o = print_command_output(c, events, cmd_id, follow, timeout_s, std::cout);
+  return after_output(o, g, cmd_id, timeout_s);
 }
 
 int cmd_status(ControlClient& c, const Globals& g, const std::string& cmd_id) {
@@ -682,6 +724,13 @@ int main(int argc, char** argv) {
   std::string cmd_id;
   status->add_option("CMD_ID", cmd_id, "command id")->required();
 
+  auto* logs = app.add_subcommand("logs", "print a command's output (-f: as it arrives, until it ends)");
+  bool logs_follow = false;
+  double logs_timeout_s = 0;
+  logs->add_option("CMD_ID", cmd_id, "command id")->required();
+  logs->add_flag("-f,--follow", logs_follow, "follow the output until the command ends, then print its state");
+  logs->add_option("--timeout", logs_timeout_s, "seconds to follow at most (default: until it ends)");
+
   auto* cancel = app.add_subcommand("cancel", "stop a command in flight (the rig gets CANCEL)");
   cancel->add_option("CMD_ID", cmd_id, "command id")->required();
 
@@ -737,6 +786,7 @@ int main(int argc, char** argv) {
   if (*jobs) return cmd_jobs(client, g, job_state, job_limit);
   if (*job) return cmd_job(client, g, job_id, job_wait, job_timeout_s);
   if (*status) return cmd_status(client, g, cmd_id);
+  if (*logs) return cmd_logs(client, g, cmd_id, logs_follow, logs_timeout_s);
   if (*cancel) return cmd_cancel(client, g, cmd_id);
   if (*reconnect) return cmd_reconnect(client, g, rig_id);
   if (*drain) return cmd_drain(client, g, window_ms);

@@ -190,6 +190,48 @@ json command_json(const CommandView& cmd) {
   return j;
 }
 
+CommandOutput output_of(const CommandView& cmd) {
+  CommandOutput out;
+  const std::uint64_t streamed_end = cmd.stream_next_offset;
+  const std::uint64_t tail_start = streamed_end - std::min<std::uint64_t>(streamed_end, cmd.streamed_output.size());
+  if (cmd.result) {
+    const msg::Result& r = *cmd.result;
+    out.total_bytes = std::max<std::uint64_t>(r.output.size() + r.dropped_bytes, streamed_end);
+    // The RESULT's output is the head of the stream: the better view unless the
+    // streamed tail reaches further.
+    if (r.output.size() >= streamed_end || streamed_end == 0) {
+      out.data.assign(reinterpret_cast<const char*>(r.output.data()), r.output.size());
+      out.complete = !r.truncated && r.dropped_bytes == 0;
+      return out;
+    }
+  } else {
+    out.total_bytes = streamed_end;
+  }
+  out.data = cmd.streamed_output;
+  out.offset = tail_start;
+  out.complete = tail_start == 0 && cmd.stream_gap_bytes == 0 && cmd.result && !cmd.result->truncated;
+  return out;
+}
+
+json command_output_json(const CommandView& cmd, const CommandOutput& out) {
+  json j{{"cmd_id", cmd.cmd_id},
+         {"rig_id", cmd.rig_id},
+         {"state", to_string(cmd.state)},
+         {"final", is_final(cmd.state)},
+         {"offset", out.offset},
+         {"data", to_utf8_lossy(out.data)},
+         {"bytes", out.data.size()},
+         {"total_bytes", out.total_bytes},
+         {"complete", out.complete},
+         {"exit_code", nullptr},
+         {"signal", nullptr}};
+  if (cmd.result) {
+    j["exit_code"] = cmd.result->exit_code;
+    j["signal"] = cmd.result->signal;
+  }
+  return j;
+}
+
 json enqueue_ok_json(const EnqueueOk& ok) {
   return json{{"cmd_id", ok.cmd_id},
               {"rig_id", ok.rig_id},
@@ -261,6 +303,13 @@ json enqueue_failure_json(const EnqueueFailure& f) {
 json event_json(const FleetEvent& e) {
   json j{{"type", to_string(e.type)}, {"rig_id", e.rig_id}, {"at", time_or_null_if_zero(e.at_ms)}};
   j["cmd_id"] = e.cmd_id.empty() ? json(nullptr) : json(e.cmd_id);
+  if (e.type == EventType::command_output) {
+    // The bytes, and where they start in the command's output (a follower that
+    // read the stored tail first skips what it has).
+    j["offset"] = e.offset;
+    j["data"] = e.detail;
+    return j;
+  }
   j["detail"] = e.detail;
   return j;
 }
@@ -336,7 +385,13 @@ std::string event_json_text(const FleetEvent& e) {
   } else {
     append_json_string(out, e.cmd_id);
   }
-  out += ",\"detail\":";
+  if (e.type == EventType::command_output) {
+    out += ",\"offset\":";
+    out += std::to_string(e.offset);
+    out += ",\"data\":";
+  } else {
+    out += ",\"detail\":";
+  }
   append_json_string(out, e.detail);
   out += '}';
   return out;

@@ -29,6 +29,18 @@ nlohmann::ordered_json rig_json(const RigView& rig, std::uint64_t now_ms, bool w
 // GET /v1/commands/{id}
 nlohmann::ordered_json command_json(const CommandView& cmd);
 
+// The most of a command's output the broker has, in one piece: the RESULT's
+// output when it holds at least as much as was streamed (or nothing was), else
+// the streamed tail. offset: where data starts in the whole output.
+struct CommandOutput {
+  std::string data;
+  std::uint64_t offset = 0;
+  std::uint64_t total_bytes = 0;  // every byte the rig produced, as far as the broker knows
+  bool complete = false;          // data is all of it
+};
+CommandOutput output_of(const CommandView& cmd);
+nlohmann::ordered_json command_output_json(const CommandView& cmd, const CommandOutput& out);
+
 // 202 body for an accepted command; the same as text, written directly (it
 // answers every POST of a command).
 nlohmann::ordered_json enqueue_ok_json(const EnqueueOk& ok);

@@ -21,6 +21,7 @@ HttpResponse post_rig_reconnect(const RouteContext& ctx);
 // routes_commands.cpp: {cmd}
 HttpResponse get_commands(const RouteContext& ctx);
 HttpResponse get_command(const RouteContext& ctx);
+HttpResponse get_command_output(const RouteContext& ctx);
 HttpResponse post_command_cancel(const RouteContext& ctx);
 
 // routes_jobs.cpp: {job}; {batch} is the older name of the same

@@ -47,6 +47,9 @@ struct HttpResponse {
   bool event_stream = false;
   // Only these event types on that stream (GET /v1/events?types=a,b).
   EventTypes event_types = EventTypes::all();
+  // Only the events of this command (?cmd=), or of this rig (?rig=); empty: all.
+  std::string event_cmd_id;
+  std::string event_rig_id;
   // Runs once the answer has been handed to the socket: for actions that may
   // end the process (a drain with no rigs exits at once), so the caller still
   // gets its answer. Not run if the control API was shut down meanwhile.

@@ -33,6 +33,7 @@ constexpr Route kRoutes[] = {
 
     {"GET", "/v1/commands/{cmd}", get_command},
     {"POST", "/v1/commands/{cmd}/cancel", post_command_cancel},
+    {"GET", "/v1/commands/{cmd}/output", get_command_output},
 
     {"POST", "/v1/admin/drain", post_drain},
 

@@ -86,6 +86,34 @@ HttpResponse get_command(const RouteContext& ctx) {
   return r;
 }
 
+// GET /v1/commands/{id}/output: what the broker keeps of a command's output. While
+// it runs, the tail of what it streamed (CommandTable::kStreamTail, 64 KiB) with
+// the offset it starts at; once its RESULT is in, the RESULT's output (its head,
+// up to 64 KiB) when that holds more of it. "complete": nothing was left out.
+HttpResponse get_command_output(const RouteContext& ctx) {
+  const std::string& cmd_id = ctx.params.get("cmd");
+  const bool text = parse_query(ctx.request.query).count("text") != 0;
+  auto render = [cmd_id, text](const std::optional<CommandView>& cmd) {
+    if (!cmd) return unknown_command(cmd_id);
+    const CommandOutput out = output_of(*cmd);
+    if (text) {
+      HttpResponse r;
+      r.status = 200;
+      r.content_type = "text/plain; charset=utf-8";
+      r.body = out.data;
+      return r;
+    }
+    return json_response(200, command_output_json(*cmd, out));
+  };
+  const std::optional<CommandView> cmd = ctx.fleet.command(cmd_id);
+  if (cmd || !ctx.fleet.reads_later()) return render(cmd);
+  HttpResponse r = json_error(503, "shutting_down", "the broker is shutting down");
+  r.deferred = [cmd_id, render](Fleet& fleet, HttpResponse::Answer answer) {
+    fleet.command_then(cmd_id, [render, answer](std::optional<CommandView> found) { answer(render(found)); });
+  };
+  return r;
+}
+
 // A command not yet at its rig is cancelled at once (200); otherwise the rig is
 // sent CANCEL (now, or when it next connects) and the command ends with the
 // rig's answer (202: on its way, not done), or cancelled when none comes in time.

@@ -1,4 +1,4 @@
-// GET /v1/events[?types=a,b]: the answer only says "stream"; the transport
+// GET /v1/events[?types=a,b][&cmd=<cmd_id>][&rig=<rig_id>]: the answer only says "stream"; the transport
 // (control_net/control_sse.cpp) keeps the connection and writes the events.
 #include <string>
 
@@ -31,6 +31,16 @@ HttpResponse get_events(const RouteContext& ctx) {
       r.event_types.add(*type);
       rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
     }
+  }
+  // ?cmd=<cmd_id>: one command's events (its output as it comes: fleetctl logs -f);
+  // ?rig=<rig_id>: one rig's.
+  if (const auto c = query.find("cmd"); c != query.end()) {
+    if (c->second.empty() || c->second.size() > 64) return json_error(400, "bad_request", "\"cmd\" must be a cmd_id");
+    r.event_cmd_id = c->second;
+  }
+  if (const auto g = query.find("rig"); g != query.end()) {
+    if (g->second.empty() || g->second.size() > 64) return json_error(400, "bad_request", "\"rig\" must be a rig id");
+    r.event_rig_id = g->second;
   }
   return r;
 }

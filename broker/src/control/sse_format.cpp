@@ -16,6 +16,7 @@ struct LastEventJson {
   EventType type = EventType::rig_connected;
   std::string rig_id, cmd_id, detail;
   std::uint64_t at_ms = 0;
+  std::uint64_t offset = 0;
   bool valid = false;
   std::string json;
 };
@@ -23,13 +24,14 @@ struct LastEventJson {
 const std::string& event_json_once(const FleetEvent& e) {
   thread_local LastEventJson last;
   if (!last.valid || last.at_ms != e.at_ms || last.type != e.type || last.rig_id != e.rig_id ||
-      last.cmd_id != e.cmd_id || last.detail != e.detail) {
+      last.cmd_id != e.cmd_id || last.offset != e.offset || last.detail != e.detail) {
     last.json = event_json_text(e);   // JSON text has no raw newlines
     last.type = e.type;
     last.rig_id = e.rig_id;
     last.cmd_id = e.cmd_id;
     last.detail = e.detail;
     last.at_ms = e.at_ms;
+    last.offset = e.offset;
     last.valid = true;
   }
   return last.json;

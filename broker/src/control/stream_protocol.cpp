@@ -53,8 +53,10 @@ Request parse_line(std::string_view line) {
   if (const auto n = j.find("notify"); n != j.end()) {
     if (*n == "acked") {
       s.until_done = false;
+    } else if (*n == "output") {
+      s.with_output = true;
     } else if (*n != "done") {
-      return bad_request(ref, "\"notify\" must be \"acked\" or \"done\"");
+      return bad_request(ref, "\"notify\" must be \"acked\", \"done\" or \"output\"");
     }
   }
   return s;
@@ -104,10 +106,22 @@ std::string event_line(std::string_view op, std::string_view ref, std::string_vi
   return out;
 }
 
+std::string output_line(std::string_view ref, std::string_view cmd_id, std::uint64_t offset, std::string_view data) {
+  std::string out = "{\"op\":\"output\"";
+  field(out, "ref", ref);
+  field(out, "cmd_id", cmd_id);
+  out += ",\"offset\":";
+  out += std::to_string(offset);
+  field(out, "data", data);
+  out += "}\n";
+  return out;
+}
+
 std::string_view op_for_event(EventType event_type) noexcept {
   switch (event_type) {
     case EventType::command_acked: return "acked";
     case EventType::command_done: return "done";
+    case EventType::command_output: return "output";
     default: return {};
   }
 }

@@ -17,11 +17,12 @@
 //       the request named a command that exists: that one)
 //   {"op":"refused","ref":"r1","error":"unknown_rig","detail":"…"}
 //   {"op":"acked","ref":"r1","cmd_id":"…","detail":""}          (detail "duplicate" on a replayed command)
+//   {"op":"output","ref":"r1","cmd_id":"…","offset":0,"data":"…"} (notify "output": each chunk as it comes)
 //   {"op":"done","ref":"r1","cmd_id":"…","detail":"succeeded"}    (the final state, whatever notify says)
 //   {"op":"error","ref":"r1","error":"bad_request","detail":"…"}   (a line that is not a request)
 // "ref" is the client's own label for the request (at most 64 bytes, echoed back);
-// "notify" is "acked" (stop after the ACK) or "done" (the default: the ACK, then
-// the final state). A frame's commands are recorded before any of its answers
+// "notify" is "acked" (stop after the ACK), "done" (the default: the ACK, then
+// the final state) or "output" (the ACK, the output as it arrives, the final state). A frame's commands are recorded before any of its answers
 // leaves. Pure logic here; the WebSocket side is control_net/control_ws.cpp.
 #include <cstdint>
 #include <string>
@@ -40,6 +41,7 @@ struct SendRequest {
   std::string ref;
   CommandRequest request;  // rig_id, kind, args, and the optional cmd_id, idempotency_key, deadlines, hold
   bool until_done = true;  // notify "done" (default) or "acked"
+  bool with_output = false;  // notify "output"
 };
 
 struct LineError {
@@ -60,6 +62,9 @@ std::string error_line(const LineError& e);
 // op: "acked" or "done".
 std::string event_line(std::string_view op, std::string_view ref, std::string_view cmd_id,
                        std::string_view detail);
+
+// notify "output": a chunk of the command's output, at its offset in the whole.
+std::string output_line(std::string_view ref, std::string_view cmd_id, std::uint64_t offset, std::string_view data);
 
 // The stream op for a Fleet event type, or empty for events streams do not carry.
 std::string_view op_for_event(EventType event_type) noexcept;

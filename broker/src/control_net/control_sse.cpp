@@ -38,17 +38,23 @@ int start_event_stream(Transaction* tx, const HttpResponse& r) {
   lws_http_headers_detach(tx->wsi);
   lws_set_timeout(tx->wsi, NO_PENDING_TIMEOUT, 0);
   ControlState* state = tx->state;
-  tx->subscription = state->fleet->events().subscribe(r.event_types, [tx](const FleetEvent& event) {
+  auto sink = [tx, types = r.event_types, rig = r.event_rig_id](const FleetEvent& event) {
     // Runs on the loop thread inside the Fleet (e.g. while a rig's ACK is read).
     EventStream& stream = *tx->sse;
     if (stream.closing) return;
+    if (!types.contains(event.type) || (!rig.empty() && event.rig_id != rig)) return;
     if (!stream.queue.push_event(event, stream.next_event_id++)) {
       stream.closing = true;  // a client that does not read is dropped, not buffered forever
       request_write(tx);
       return;
     }
     flush_at_end_of_turn(tx);
-  });
+  };
+  // One command's events: a subscription of its own, so that its output is
+  // formatted for this stream without every other command's being built.
+  EventBus& bus = state->fleet->events();
+  tx->subscription = r.event_cmd_id.empty() ? bus.subscribe(r.event_types, std::move(sink))
+                                            : bus.subscribe_command(r.event_cmd_id, std::move(sink));
   tx->subscribed = true;
   state->streams.insert(tx);
   lws_set_timer_usecs(tx->wsi, kSseHeartbeatUs);

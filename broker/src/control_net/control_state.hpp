@@ -107,6 +107,7 @@ struct StreamSession {
   struct Pending {
     std::string ref;
     bool until_done = true;
+    bool with_output = false;
     std::optional<EnqueueOutcome> outcome;  // unset: `line` is the answer (an error)
     std::string line;
     bool waits_for_record = false;          // named by idempotency_key: not sent before its record
@@ -115,10 +116,12 @@ struct StreamSession {
   struct Watched {
     std::string ref;
     bool until_done = true;
+    bool with_output = false;
   };
   std::unordered_map<std::string, Watched, TransparentStringHash, std::equal_to<>> watched;  // by cmd_id
   std::uint64_t subscription = 0;
   bool subscribed = false;
+  bool hears_output = false;  // its subscription takes command_output too (a "notify":"output" came)
   bool flush_pending = false;
   bool write_requested = false;
   bool closing = false;  // a close is under way: nothing more is read or written

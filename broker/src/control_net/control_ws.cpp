@@ -53,41 +53,62 @@ void queue_line(StreamSession* s, std::string line) {
 
 void settle_answers(StreamSession* s, std::vector<StreamSession::Pending>& answers, const Expected<void>& kept);
 
+void on_stream_event(StreamSession* s, const FleetEvent& event);
+
+// The stream's subscription, with command_output once one of its requests asks
+// for output (until then the broker builds no output event for it).
+void subscribe(StreamSession* s, bool with_output) {
+  EventBus& bus = s->state->fleet->events();
+  if (s->subscribed) bus.unsubscribe(s->subscription);
+  EventTypes answers{EventType::command_acked, EventType::command_done};
+  if (with_output) answers.add(EventType::command_output);
+  s->subscription = bus.subscribe(answers, [s](const FleetEvent& event) { on_stream_event(s, event); });
+  s->subscribed = true;
+  s->hears_output = with_output;
+}
+
+void hear_output(StreamSession* s) {
+  if (!s->hears_output) subscribe(s, true);
+}
+
 void on_stream_line(StreamSession* s, std::string_view line, std::vector<StreamSession::Pending>& answers) {
   ControlState* state = s->state;
   stream::Request request = stream::parse_line(line);
   if (auto* e = std::get_if<stream::LineError>(&request)) {
-    answers.push_back({{}, true, std::nullopt, stream::error_line(*e)});
+    answers.push_back({{}, true, false, std::nullopt, stream::error_line(*e)});
     return;
   }
   auto& send = std::get<stream::SendRequest>(request);
   if (!state->serving()) {
     answers.push_back(
-        {{}, true, std::nullopt, stream::error_line({send.ref, "shutting_down", "the broker is shutting down"})});
+        {{}, true, false, std::nullopt, stream::error_line({send.ref, "shutting_down", "the broker is shutting down"})});
     return;
   }
   const bool waits_for_record = !send.request.idempotency_key.empty();
+  if (send.with_output) hear_output(s);
   if (state->fleet->routes_elsewhere(send.request.rig_id) || state->fleet->names_a_stored_command(send.request)) {
     // Several brokers: answered when the broker holding the rig answers (this
     // line may come after later ones: clients match answers by ref).
     state->fleet->enqueue_routed(
         std::move(send.request), [s, alive = std::weak_ptr<bool>(s->alive), ref = std::move(send.ref),
-                                  until_done = send.until_done, waits_for_record](Fleet::RoutedOutcome out) mutable {
+                                  until_done = send.until_done, with_output = send.with_output,
+                                  waits_for_record](Fleet::RoutedOutcome out) mutable {
           if (alive.expired()) return;
           std::vector<StreamSession::Pending> one;
-          one.push_back({std::move(ref), until_done, std::move(out.outcome), {}, waits_for_record});
+          one.push_back({std::move(ref), until_done, with_output, std::move(out.outcome), {}, waits_for_record});
           settle_answers(s, one, out.unrecorded ? Expected<void>{*out.unrecorded} : Expected<void>{});
         });
     return;
   }
   answers.push_back(
-      {std::move(send.ref), send.until_done, state->fleet->enqueue(std::move(send.request)), {}, waits_for_record});
+      {std::move(send.ref), send.until_done, send.with_output, state->fleet->enqueue(std::move(send.request)), {},
+       waits_for_record});
 }
 
 // A command whose record was being written while its rig acknowledged (or
 // finished) it: those lines now, from its state; otherwise watched for them.
 void report_or_watch(StreamSession* s, const std::string& cmd_id, std::string ref, bool until_done,
-                     CommandState answered) {
+                     bool with_output, CommandState answered) {
   bool acked = false, final_state = false, duplicate = false;
   std::string state_name;
   const bool here = s->state->fleet->read_command(cmd_id, [&](const CommandView& c) {
@@ -107,7 +128,7 @@ void report_or_watch(StreamSession* s, const std::string& cmd_id, std::string re
   if (acked) queue_line(s, stream::event_line("acked", ref, cmd_id, duplicate ? "duplicate" : ""));
   if (final_state && (until_done || !acked)) queue_line(s, stream::event_line("done", ref, cmd_id, state_name));
   if (final_state || (acked && !until_done)) return;
-  s->watched[cmd_id] = StreamSession::Watched{std::move(ref), until_done};
+  s->watched[cmd_id] = StreamSession::Watched{std::move(ref), until_done, with_output};
 }
 
 void settle_answers(StreamSession* s, std::vector<StreamSession::Pending>& answers, const Expected<void>& kept) {
@@ -127,7 +148,7 @@ void settle_answers(StreamSession* s, std::vector<StreamSession::Pending>& answe
         continue;
       }
       queue_line(s, stream::queued_line(a.ref, *ok));
-      report_or_watch(s, ok->cmd_id, std::move(a.ref), a.until_done, ok->state);
+      report_or_watch(s, ok->cmd_id, std::move(a.ref), a.until_done, a.with_output, ok->state);
     } else {
       queue_line(s, stream::refused_line(a.ref, std::get<EnqueueFailure>(*a.outcome)));
     }
@@ -141,6 +162,10 @@ void on_stream_event(StreamSession* s, const FleetEvent& event) {
   if (op.empty()) return;
   const auto it = s->watched.find(event.cmd_id);
   if (it == s->watched.end()) return;
+  if (event.type == EventType::command_output) {
+    if (it->second.with_output) queue_line(s, stream::output_line(it->second.ref, event.cmd_id, event.offset, event.detail));
+    return;
+  }
   queue_line(s, stream::event_line(op, it->second.ref, event.cmd_id, event.detail));
   if (op != "acked" || !it->second.until_done) s->watched.erase(it);
 }
@@ -180,9 +205,7 @@ int on_established(lws* wsi, StreamPerSession* pss) {
   s->wsi = wsi;
   pss->session = s;
   state->sessions.insert(s);
-  const EventTypes answers{EventType::command_acked, EventType::command_done};
-  s->subscription = state->fleet->events().subscribe(answers, [s](const FleetEvent& event) { on_stream_event(s, event); });
-  s->subscribed = true;
+  subscribe(s, false);
   return 0;
 }
 

@@ -15,6 +15,7 @@ const char* to_string(EventType t) noexcept {
     case EventType::command_running: return "command_running";
     case EventType::command_done: return "command_done";
     case EventType::drain_started: return "drain_started";
+    case EventType::command_output: return "command_output";
   }
   return "unknown";
 }
@@ -22,7 +23,7 @@ const char* to_string(EventType t) noexcept {
 const std::vector<EventType>& all_event_types() {
   static const std::vector<EventType> kAll = {
       EventType::rig_connected,   EventType::rig_disconnected, EventType::rig_event,    EventType::command_acked,
-      EventType::command_running, EventType::command_done,     EventType::drain_started};
+      EventType::command_running, EventType::command_done,     EventType::drain_started, EventType::command_output};
   return kAll;
 }
 

@@ -29,8 +29,9 @@ enum class EventType : std::uint8_t {
   command_running,   // its output began, or a reboot was scheduled
   command_done,      // a final state; detail: the state (succeeded, failed, timed_out, ...)
   drain_started,     // detail: the window in ms
+  command_output,    // a chunk of a running command's output: detail holds its new bytes, offset where they start
 };
-inline constexpr std::size_t kEventTypeCount = 7;
+inline constexpr std::size_t kEventTypeCount = 8;
 
 // The wire name ("command_acked"), as in SSE "event:" lines and docs/OPERATIONS.md.
 const char* to_string(EventType t) noexcept;
@@ -69,6 +70,7 @@ struct FleetEvent {
   std::string cmd_id;    // empty for rig and broker events
   std::string detail;
   std::uint64_t at_ms = 0;  // Unix ms
+  std::uint64_t offset = 0;  // command_output: the byte offset of detail in the command's output
 };
 
 class EventBus {

@@ -386,10 +386,11 @@ void FleetCore::check_drain_done() {
 // ---------------------------------------------------------------------------------
 // events
 
-void FleetCore::emit(EventType type, std::string_view rig_id, std::string_view cmd_id, std::string detail) {
+void FleetCore::emit(EventType type, std::string_view rig_id, std::string_view cmd_id, std::string detail,
+                     std::uint64_t offset) {
   const bool relayed = mesh_ != nullptr && mesh_->up();  // every broker's event stream shows it
   if (!relayed && !bus_.wants(type, cmd_id)) return;     // nobody listens: build nothing
-  FleetEvent event{type, std::string(rig_id), std::string(cmd_id), std::move(detail), clock_.wall_ms()};
+  FleetEvent event{type, std::string(rig_id), std::string(cmd_id), std::move(detail), clock_.wall_ms(), offset};
   if (relayed) relay(event);
   bus_.emit(event);
 }

@@ -273,7 +273,12 @@ class FleetCore final : public Fleet {
   void pause_reading(RigSession& s);
   void sweep_one(RigSession& s, std::uint32_t now, bool refresh);
   void check_drain_done();
-  void emit(EventType type, std::string_view rig_id, std::string_view cmd_id, std::string detail);
+  void emit(EventType type, std::string_view rig_id, std::string_view cmd_id, std::string detail,
+            std::uint64_t offset = 0);
+  // Whether an event of this type would reach anyone (here, or relayed to other brokers).
+  bool heard(EventType type, std::string_view cmd_id) const {
+    return (mesh_ != nullptr && mesh_->up()) || bus_.wants(type, cmd_id);
+  }
   RigView view_of(const RigSession& s) const;
   RigView view_of(const RigRecord& r) const;
   std::string subject_of(const RigSession& s) const;

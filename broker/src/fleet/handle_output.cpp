@@ -1,5 +1,8 @@
 // OUTPUT: a chunk of a running command's output stream (the broker keeps a
-// bounded tail; the RESULT carries the head). The command is now running.
+// bounded tail; the RESULT carries the head). The command is now running, and
+// the chunk's new bytes are a command_output event for whoever follows it.
+#include <algorithm>
+
 #include "fleet/fleet_core.hpp"
 #include "fleet/lifecycle.hpp"
 
@@ -22,6 +25,14 @@ void FleetCore::on_output(RigSession& s, const msg::OutputChunk& chunk) {
   if (v->state != before) {
     record(*v);
     emit(EventType::command_running, s.rig_id, v->cmd_id, {});
+  }
+  // Only what was not seen before (a chunk sent again after a reconnect overlaps).
+  const std::uint64_t begin = std::max(chunk.offset, expected);
+  const std::uint64_t end = v->stream_next_offset;
+  if (end > begin && end - begin <= chunk.data.size() && heard(EventType::command_output, v->cmd_id)) {
+    const auto* data = reinterpret_cast<const char*>(chunk.data.data()) + (chunk.data.size() - (end - begin));
+    emit(EventType::command_output, s.rig_id, v->cmd_id, std::string(data, static_cast<std::size_t>(end - begin)),
+         begin);
   }
 }
 

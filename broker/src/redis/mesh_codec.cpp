@@ -159,6 +159,7 @@ std::string encode_note(const MeshNote& n) {
                       {"cmd_id", n.event->cmd_id},
                       {"detail", n.event->detail},
                       {"at_ms", n.event->at_ms}};
+  if (n.event && n.event->offset != 0) j["event"]["offset"] = n.event->offset;
   if (n.rig) j["rig"] = rig_json(*n.rig);
   // Replaced, never thrown: a label or an output line need not be UTF-8.
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -197,6 +198,7 @@ Expected<MeshNote> decode_note(std::string_view text) {
       if (!type) return make_error(Errc::malformed, "mesh note: unknown event type");
       n.event = FleetEvent{*type, e.at("rig_id").get<std::string>(), e.at("cmd_id").get<std::string>(),
                            e.at("detail").get<std::string>(), whole<std::uint64_t>(e, "at_ms")};
+      if (e.contains("offset")) n.event->offset = whole<std::uint64_t>(e, "offset");
     }
     if (j.contains("rig")) n.rig = rig_of(j.at("rig"));
     // What each kind needs.

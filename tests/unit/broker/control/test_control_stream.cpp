@@ -108,3 +108,63 @@ TEST_CASE("control stream: which fleet events a stream carries") {
   CHECK(stream::op_for_event(EventType::command_running).empty());
   CHECK(stream::op_for_event(EventType::rig_connected).empty());
 }
+
+TEST_CASE("control stream: notify \"output\" asks for the output lines, until done") {
+  const stream::Request r = stream::parse_line(R"({"op":"send","ref":"r1","rig_id":"r","kind":"suite","notify":"output"})");
+  REQUIRE(std::holds_alternative<stream::SendRequest>(r));
+  const auto& s = std::get<stream::SendRequest>(r);
+  CHECK(s.with_output);
+  CHECK(s.until_done);
+  const auto plain = std::get<stream::SendRequest>(stream::parse_line(R"({"op":"send","rig_id":"r","kind":"k"})"));
+  CHECK_FALSE(plain.with_output);
+  const std::string line = stream::output_line("r1", "c1", 4096, "step 2\n\xff");
+  CHECK(line.back() == '\n');
+  const ordered_json j = ordered_json::parse(line);
+  CHECK(j["op"] == "output");
+  CHECK(j["ref"] == "r1");
+  CHECK(j["cmd_id"] == "c1");
+  CHECK(j["offset"] == 4096);
+  CHECK(j["data"] == "step 2\n\xef\xbf\xbd");  // invalid UTF-8 replaced, the line stays JSON
+  CHECK(stream::op_for_event(EventType::command_output) == "output");
+}
+
+TEST_CASE("command output: the RESULT's head or the streamed tail, whichever has more") {
+  CommandView v;
+  v.cmd_id = "c1";
+  v.rig_id = "r";
+  v.state = CommandState::running;
+  v.streamed_output = "abcdef";
+  v.stream_next_offset = 6;
+  CommandOutput o = output_of(v);
+  CHECK(o.data == "abcdef");
+  CHECK(o.offset == 0);
+  CHECK(o.total_bytes == 6);
+  CHECK_FALSE(o.complete);  // still running
+  // The tail of a long stream: it starts where it starts.
+  v.streamed_output = "tail";
+  v.stream_next_offset = 100'000;
+  o = output_of(v);
+  CHECK(o.offset == 100'000 - 4);
+  CHECK_FALSE(o.complete);
+  // Finished with a RESULT holding all of it: the RESULT's output, complete.
+  v.stream_next_offset = 6;
+  v.streamed_output = "abcdef";
+  v.state = CommandState::succeeded;
+  fleetlink::msg::Result r;
+  r.output = fleetlink::Bytes{'a', 'b', 'c', 'd', 'e', 'f', 'g'};
+  r.exit_code = 0;
+  v.result = r;
+  o = output_of(v);
+  CHECK(o.data == "abcdefg");
+  CHECK(o.complete);
+  const ordered_json j = command_output_json(v, o);
+  CHECK(j["final"] == true);
+  CHECK(j["exit_code"] == 0);
+  CHECK(j["bytes"] == 7);
+  // A RESULT cut short (dropped bytes): not complete, and the total counts them.
+  v.result->dropped_bytes = 10;
+  v.result->truncated = true;
+  o = output_of(v);
+  CHECK_FALSE(o.complete);
+  CHECK(o.total_bytes == 17);
+}

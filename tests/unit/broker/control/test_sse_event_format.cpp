@@ -25,6 +25,21 @@ TEST_CASE("event_json_text: byte for byte the tree's JSON") {
   check_same({EventType::rig_event, "r", "", std::string("nul\0inside", 10), 42});
   // Not ASCII: valid UTF-8 and invalid bytes go through the tree's replacement rules.
   check_same({EventType::rig_event, "r\xc3\xa9", "", "caf\xc3\xa9 \xff\xfe end \xe2\x82", 42});
+  // Output: its bytes as "data" with their offset, ASCII or not.
+  check_same({EventType::command_output, "rig-1", "c1", "line 1\nline 2\n", 42, 1234567});
+  check_same({EventType::command_output, "rig-1", "c1", "\xff\xfe bin", 42, 0});
+}
+
+TEST_CASE("command_output events carry data and offset, not detail") {
+  const FleetEvent e{EventType::command_output, "rig-1", "c1", "step 3 of 7\n", 1795465906123, 4096};
+  const std::string text = event_json_text(e);
+  CHECK(text == "{\"type\":\"command_output\",\"rig_id\":\"rig-1\",\"at\":\"2026-11-23T20:31:46.123Z\","
+                "\"cmd_id\":\"c1\",\"offset\":4096,\"data\":\"step 3 of 7\\n\"}");
+  // Two chunks alike but at another offset are two events (the formatter's cache keys on it).
+  FleetEvent later = e;
+  later.offset = 8192;
+  CHECK(format_sse_event(later, 2).find("\"offset\":8192") != std::string::npos);
+  CHECK(format_sse_event(e, 3).find("\"offset\":4096") != std::string::npos);
 }
 
 TEST_CASE("format_sse_event: each subscriber's id, the same data") {

@@ -203,7 +203,8 @@ TEST_CASE("commands: queued -> sent -> acked -> running -> succeeded, each step 
   REQUIRE(v.result);
   CHECK(v.result->status == msg::Status::ok);
   CHECK(f.log.types() == std::vector<EventType>{EventType::rig_connected, EventType::command_acked,
-                                                EventType::command_running, EventType::command_done});
+                                                EventType::command_running, EventType::command_output,
+                                                EventType::command_done});
   CHECK(f.log.events.back().detail == "succeeded");
   // Every step is in the store (committed at the next interval).
   f.clock.advance(f.settings.store_commit_interval_ms);
@@ -607,4 +608,37 @@ TEST_CASE("events: nobody listening, nothing is built; a command subscription se
   CHECK(seen == std::vector<std::string>{b.cmd_id});
   CHECK(f.log.events.back().detail == "duplicate");
   CHECK(f.core->command(b.cmd_id)->duplicate);
+}
+
+TEST_CASE("commands: each OUTPUT chunk's new bytes are a command_output event at their offset, once") {
+  CoreFixture f;
+  RigSession& s = f.live_rig("rig-1");
+  const EnqueueOk ok = f.enqueue_ok("rig-1", "dmesg", {});
+  (void)f.frames(s);
+  f.send(s, msg::Ack{ok.seq, ok.cmd_id, false});
+  f.log.events.clear();
+  auto outputs = [&] {
+    std::vector<FleetEvent> out;
+    for (const FleetEvent& e : f.log.events)
+      if (e.type == EventType::command_output) out.push_back(e);
+    return out;
+  };
+  f.send(s, msg::OutputChunk{ok.cmd_id, 0, Bytes{'a', 'b', 'c'}});
+  f.send(s, msg::OutputChunk{ok.cmd_id, 3, Bytes{'d', 'e'}});
+  // Sent again after a reconnect, overlapping: only its new byte.
+  f.send(s, msg::OutputChunk{ok.cmd_id, 2, Bytes{'c', 'd', 'e', 'f'}});
+  // All old: nothing.
+  f.send(s, msg::OutputChunk{ok.cmd_id, 0, Bytes{'a', 'b'}});
+  // Past a gap: at its own offset.
+  f.send(s, msg::OutputChunk{ok.cmd_id, 10, Bytes{'z'}});
+  const std::vector<FleetEvent> got = outputs();
+  REQUIRE(got.size() == 4);
+  CHECK((got[0].offset == 0 && got[0].detail == "abc"));
+  CHECK((got[1].offset == 3 && got[1].detail == "de"));
+  CHECK((got[2].offset == 5 && got[2].detail == "f"));
+  CHECK((got[3].offset == 10 && got[3].detail == "z"));
+  for (const FleetEvent& e : got) {
+    CHECK(e.rig_id == "rig-1");
+    CHECK(e.cmd_id == ok.cmd_id);
+  }
 }

@@ -159,6 +159,7 @@ void check_event(const FleetEvent& a, const FleetEvent& b) {
   CHECK(a.cmd_id == b.cmd_id);
   CHECK(a.detail == b.detail);
   CHECK(a.at_ms == b.at_ms);
+  CHECK(a.offset == b.offset);
 }
 
 void check_rig(const RigRecord& a, const RigRecord& b) {
@@ -598,4 +599,22 @@ TEST_CASE("mesh codec: bytes that are not UTF-8 are replaced on encode, not thro
   std::string raw = encode_note(full_note(MeshKind::probe));
   raw.insert(raw.find("broker-b") + 7, "\xff");
   refused(raw);
+}
+
+TEST_CASE("mesh codec: a command_output event keeps its offset (and its bytes)") {
+  MeshNote n;
+  n.kind = MeshKind::event;
+  n.from = "broker-a";
+  n.event = FleetEvent{EventType::command_output, "rig-1", "0190f5a2-1c3b-7d4e-8f00-123456789abc",
+                       "line 7\nline 8\n", 1'733'000'000'999, 1ULL << 40};
+  auto back = decode_note(encode_note(n));
+  REQUIRE(back);
+  REQUIRE(back->event);
+  check_event(*back->event, *n.event);
+  // An offset that is not a whole number is refused like any other bad number.
+  json j = json::parse(encode_note(n));
+  j["event"]["offset"] = -3;
+  CHECK_FALSE(decode_note(j.dump()));
+  j["event"]["offset"] = 1.5;
+  CHECK_FALSE(decode_note(j.dump()));
 }
