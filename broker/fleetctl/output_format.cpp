@@ -117,7 +117,9 @@ std::string rig_detail(const json& rig) {
     out += '\n';
   };
   line("rig:            ", text_of(field(rig, "rig_id")));
-  line("state:          ", text_of(field(rig, "state")));
+  std::string state = text_of(field(rig, "state"));
+  if (field(rig, "unresponsive_because").is_string()) state += " (" + text_of(field(rig, "unresponsive_because")) + ")";
+  line("state:          ", state);
   line("boot_id:        ", text_of(field(rig, "boot_id")));
   line("agent_version:  ", text_of(field(rig, "agent_version")));
   line("peer:           ", text_of(field(rig, "peer")));

@@ -245,6 +245,49 @@ class TestFleetctlUnresponsive(FleetctlCase):
             agent.signal(signal.SIGCONT)
 
 
+class TestRigHealth(FleetctlCase):
+    def test_a_frozen_rig_is_unresponsive_at_once_and_an_offline_one_listed_with_last_seen(self):
+        capacity = 4
+        self.start(rigs=("rig-a", "rig-b", "rig-c"), outbox_capacity=capacity, unresponsive_after_ms=1000)
+        frozen = self.agents["rig-b"]
+        frozen.signal(signal.SIGSTOP)
+        try:
+            for _ in range(capacity):
+                status, body = self.broker.send("rig-b", "dmesg", {"lines": 1})
+                self.assertEqual(status, 202, body)
+            # Long before a pong is missed (20 s pings), its unacknowledged commands say so.
+            t0 = time.monotonic()
+            harness.wait_for(lambda: self.broker.rigs()["rig-b"]["state"] == "unresponsive", 5,
+                             what="rig-b unresponsive")
+            self.assertLess(time.monotonic() - t0, 3)
+            rig = self.broker.rigs()["rig-b"]
+            self.assertIn("oldest unacknowledged command", rig["unresponsive_because"])
+            self.assertEqual(rig["missed_pongs"], 0)
+            # The depth shown is the one the next POST is refused at.
+            self.assertEqual((rig["outbox_depth"], rig["outbox_capacity"]), (capacity, capacity))
+            status, body = self.broker.send("rig-b", "dmesg", {"lines": 1})
+            self.assertEqual((status, body["error"]), (503, "rig_unresponsive"))
+            status, listed = self.broker.api("GET", "/v1/rigs?state=unresponsive")
+            self.assertEqual([r["rig_id"] for r in listed["rigs"]], ["rig-b"])
+            r = self.fleetctl("rigs", "--state", "unresponsive")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertRegex(r.stdout, rf"rig-b\s+unresponsive\s.*\s{capacity}/{capacity}\s")
+            self.assertNotIn("rig-a", r.stdout)
+            r = self.fleetctl("rig", "rig-b")
+            self.assertRegex(r.stdout, r"state:\s+unresponsive \(its oldest unacknowledged command has waited")
+        finally:
+            frozen.signal(signal.SIGCONT)
+        harness.wait_for(lambda: self.broker.rigs()["rig-b"]["state"] == "connected", 10, what="rig-b healthy again")
+        # An offline rig stays listed, with when it was last seen.
+        self.agents["rig-c"].stop()
+        self.broker.wait_rig_gone("rig-c")
+        rig = self.broker.rigs(connected_only=False)["rig-c"]
+        self.assertEqual(rig["state"], "offline")
+        self.assertIsNotNone(rig["last_seen_at"])
+        r = self.fleetctl("rigs")
+        self.assertRegex(r.stdout, r"rig-c\s+offline\s.*\s\d+s ago")
+
+
 class TestFleetctlAuth(FleetctlCase):
     def test_token_required_when_configured(self):
         token = "lab-token-123"

@@ -40,6 +40,7 @@ FleetSettings fleet_settings(const BrokerConfig& cfg) {
   s.reconcile_grace_ms = cfg.reconcile_grace_ms;
   s.cancel_grace_ms = cfg.cancel_grace_ms;
   s.registry_refresh_ms = cfg.registry_refresh_ms;
+  s.unresponsive_after_ms = cfg.unresponsive_after_ms;
   s.mesh_answer_ms = cfg.mesh_answer_ms;
   return s;
 }

@@ -46,6 +46,9 @@ ParseOutcome parse_command_line(int argc, char** argv) {
   app.add_option("--ping-interval-ms", cfg.ping_interval_ms)->check(CLI::Range(1u, 3600000u));
   app.add_option("--pong-timeout-ms", cfg.pong_timeout_ms)->check(CLI::Range(1u, 3600000u));
   app.add_option("--max-missed-pongs", cfg.max_missed_pongs)->check(CLI::Range(1u, 1000u));
+  app.add_option("--unresponsive-after-ms", cfg.unresponsive_after_ms,
+                 "a rig whose oldest unacknowledged command waits this long is shown unresponsive")
+      ->check(CLI::Range(100u, 3600000u));
   app.add_option("--hello-timeout-ms", cfg.hello_timeout_ms)->check(CLI::Range(1u, 3600000u));
   app.add_option("--outbox-capacity", cfg.outbox_capacity)->check(CLI::Range(1u, 1000000u));
   app.add_option("--max-frame-bytes", cfg.max_frame_bytes)->check(CLI::Range(256u, 64u << 20));

@@ -20,6 +20,7 @@ struct BrokerConfig {
   std::string broker_id;                 // default: hostname
   std::uint32_t ping_interval_ms = 20000;
   std::uint32_t pong_timeout_ms = 10000;
+  std::uint32_t unresponsive_after_ms = 10000;
   std::uint32_t max_missed_pongs = 3;
   std::uint32_t hello_timeout_ms = 10000;
   std::uint32_t outbox_capacity = 128;

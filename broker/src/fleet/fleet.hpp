@@ -29,8 +29,10 @@ struct UnackedCommand {
 
 struct RigView {
   std::string rig_id;
-  // "connected" | "unresponsive" (pongs missing) | "draining" | "offline" (known, not connected here)
+  // "connected" | "unresponsive" (a pong missing, or its oldest unacknowledged command
+  // older than unresponsive_after_ms) | "draining" | "offline" (known, not connected here)
   std::string state;
+  std::string unresponsive_because;  // unresponsive: why, in words
   bool connected = false;
   std::string boot_id;
   std::string agent_version;
@@ -43,7 +45,10 @@ struct RigView {
   std::uint64_t last_ack_seq = 0;
   std::optional<std::uint64_t> last_ack_at_ms;
   std::uint64_t next_seq = 1;
-  std::size_t outbox_depth = 0;       // queued, not yet written
+  // Commands waiting for the rig's ACK (written or not) and those held behind
+  // them: what outbox_capacity bounds, and a POST is refused 503 at.
+  std::size_t outbox_depth = 0;
+  std::size_t unsent = 0;             // of the outbox: queued, not yet written
   std::size_t outbox_capacity = 0;
   std::size_t held = 0;               // commands waiting for the rig (offline, or behind a full outbox)
   unsigned missed_pongs = 0;

@@ -401,7 +401,21 @@ void FleetCore::emit(EventType type, std::string_view rig_id, std::string_view c
 RigView FleetCore::view_of(const RigSession& s) const {
   RigView r;
   r.rig_id = s.rig_id;
-  r.state = drain_.active ? "draining" : s.keepalive.missed > 0 ? "unresponsive" : "connected";
+  const std::uint64_t now = clock_.wall_ms();
+  const std::uint64_t oldest_ms = s.outbox.entries().empty() ? now : s.outbox.entries().front().enqueued_ms;
+  const std::uint64_t oldest_age = now > oldest_ms ? now - oldest_ms : 0;
+  r.state = "connected";
+  if (s.keepalive.missed > 0) {
+    r.state = "unresponsive";
+    r.unresponsive_because = std::to_string(s.keepalive.missed) + " pong" + (s.keepalive.missed > 1 ? "s" : "") +
+                             " missed in a row";
+  } else if (oldest_age > settings_.unresponsive_after_ms) {
+    r.state = "unresponsive";
+    r.unresponsive_because = "its oldest unacknowledged command has waited " + std::to_string(oldest_age / 1000) +
+                             " s (unresponsive after " + std::to_string(settings_.unresponsive_after_ms / 1000) +
+                             " s)";
+  }
+  if (drain_.active) r.state = "draining";
   r.connected = true;
   r.broker_id = settings_.broker_id;
   r.boot_id = s.boot_id.to_string();
@@ -414,11 +428,11 @@ RigView FleetCore::view_of(const RigSession& s) const {
   r.last_ack_seq = s.outbox.last_ack_seq();
   r.last_ack_at_ms = s.outbox.last_ack_at_ms();
   r.next_seq = s.outbox.next_seq();
-  r.outbox_depth = s.outbox.unsent();
+  r.held = s.backlog ? s.backlog->size() : 0;
+  r.outbox_depth = s.outbox.size() + r.held;
+  r.unsent = s.outbox.unsent();
   r.outbox_capacity = settings_.outbox_capacity;
   r.missed_pongs = s.keepalive.missed;
-  r.held = s.backlog ? s.backlog->size() : 0;
-  const std::uint64_t now = clock_.wall_ms();
   for (const OutboxEntry& e : s.outbox.entries()) {
     UnackedCommand u;
     u.cmd_id = e.cmd_id;

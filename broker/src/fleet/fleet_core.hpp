@@ -70,6 +70,10 @@ struct FleetSettings {
   // Several brokers: another broker's answer to a routed command, cancel or
   // force-reconnect is awaited this long.
   std::uint32_t mesh_answer_ms = 3000;
+  // A connected rig whose oldest unacknowledged command waits longer than this
+  // is shown unresponsive (a rig reads and ACKs a command at once: one that does
+  // not is frozen or cut off), before its missed pongs close it.
+  std::uint32_t unresponsive_after_ms = 10000;
 };
 
 // A frame for the transport to write.

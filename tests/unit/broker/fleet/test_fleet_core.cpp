@@ -642,3 +642,47 @@ TEST_CASE("commands: each OUTPUT chunk's new bytes are a command_output event at
     CHECK(e.cmd_id == ok.cmd_id);
   }
 }
+
+TEST_CASE("health: a rig whose oldest unacknowledged command waits too long is unresponsive, and says why") {
+  FleetSettings settings;
+  settings.unresponsive_after_ms = 5000;
+  settings.outbox_capacity = 4;
+  CoreFixture f(settings);
+  RigSession& s = f.live_rig("rig-1");
+  CHECK(f.core->rig("rig-1")->state == "connected");
+  CHECK(f.core->rig("rig-1")->unresponsive_because.empty());
+  const EnqueueOk first = f.enqueue_ok("rig-1");
+  f.enqueue_ok("rig-1");
+  (void)f.frames(s);  // both written; the rig reads nothing (frozen)
+  f.clock.advance(5000);
+  CHECK(f.core->rig("rig-1")->state == "connected");  // at the threshold, not past it
+  f.clock.advance(1);
+  std::optional<RigView> v = f.core->rig("rig-1");
+  CHECK(v->state == "unresponsive");
+  CHECK(v->unresponsive_because.find("oldest unacknowledged command has waited 5 s") != std::string::npos);
+  // The depth shown is the one a POST is refused at: sent-unacknowledged ones count.
+  CHECK(v->outbox_depth == 2);
+  CHECK(v->unsent == 0);
+  CHECK(v->unacked.size() == 2);
+  // Filtered as such (what GET /v1/rigs?state=unresponsive and fleetctl read).
+  f.send(s, msg::Ack{first.seq, first.cmd_id, false});
+  CHECK(f.core->rig("rig-1")->state == "unresponsive");  // the second is still old
+  f.send(s, msg::Ack{first.seq + 1, f.core->rig("rig-1")->unacked.front().cmd_id, false});
+  v = f.core->rig("rig-1");
+  CHECK(v->state == "connected");
+  CHECK(v->outbox_depth == 0);
+}
+
+TEST_CASE("health: a full outbox shows as full, and the POST is refused at exactly that depth") {
+  FleetSettings settings;
+  settings.outbox_capacity = 3;
+  CoreFixture f(settings);
+  RigSession& s = f.live_rig("rig-1");
+  for (int i = 0; i < 3; ++i) f.enqueue_ok("rig-1");
+  (void)f.frames(s);
+  const std::optional<RigView> v = f.core->rig("rig-1");
+  CHECK(v->outbox_depth == v->outbox_capacity);
+  const EnqueueOutcome o = f.core->enqueue(CoreFixture::request("rig-1"));
+  REQUIRE(std::holds_alternative<EnqueueFailure>(o));
+  CHECK(std::get<EnqueueFailure>(o).error == EnqueueError::rig_unresponsive);
+}
