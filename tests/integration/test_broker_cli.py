@@ -138,11 +138,12 @@ class BrokerCliTest(LabTestCase):
         self.assertIsNotNone(m, text[:2000])
         self.assertEqual(m.group(1), version)
         if os.path.exists(os.path.join(harness.SOURCE_DIR, ".git")):
-            head = subprocess.run(["git", "-C", harness.SOURCE_DIR, "rev-parse", "--short=12", "HEAD"],
-                                  capture_output=True, text=True, timeout=20).stdout.strip()
             self.assertIsNotNone(m.group(2), "a build from a git checkout knows its commit")
-            # The build looked it up (a later commit without a rebuild would differ: rebuild first).
-            self.assertTrue(m.group(2).startswith(head[:7]) or len(head) == 0, (m.group(2), head))
+            # A commit of this repository (HEAD when the build ran; a later commit needs a rebuild).
+            commit = m.group(2).removesuffix("-dirty")
+            known = subprocess.run(["git", "-C", harness.SOURCE_DIR, "cat-file", "-e", commit + "^{commit}"],
+                                   capture_output=True, text=True, timeout=20)
+            self.assertEqual(known.returncode, 0, f"{commit} is not a commit of {harness.SOURCE_DIR}")
         self.assertIn("# TYPE fleetlink_build_info gauge", text)
 
 
