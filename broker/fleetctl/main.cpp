@@ -13,11 +13,14 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "arg_checks.hpp"
+#include "common/build_info.hpp"
 #include "control_client.hpp"
 #include "exit_codes.hpp"
 #include "logs_command.hpp"
@@ -33,6 +36,7 @@ struct Globals {
   std::string control = "http://127.0.0.1:8080";
   std::string token;
   std::string token_file;
+  std::string token_from;  // where the token came from, for messages: "--token / FLEETCTL_TOKEN", "--token-file F"
   bool json_output = false;
 };
 
@@ -60,17 +64,30 @@ void print_raw(const std::string& body) {
   std::cout.flush();
 }
 
+// A 401 in words: no token given, or the token given was refused. `reason` is the
+// broker's (missing_token, bad_token; "-" from a broker that does not say).
+std::string unauthorized_message(const Globals& g, const std::string& reason) {
+  if (g.token.empty()) {
+    return "unauthorized (401): the broker needs a control token and none was given: use --token, "
+           "--token-file or FLEETCTL_TOKEN" +
+           std::string(g.token_from.empty() ? "" : " (" + g.token_from + " is empty)");
+  }
+  const std::string& where = g.token_from;
+  if (reason == "missing_token") {
+    return "unauthorized (401): the broker received no token although one was given (" + where +
+           "): does something between fleetctl and the broker drop the Authorization header?";
+  }
+  return "unauthorized (401): the broker refused the token: it is not this broker's control token; check " +
+         where;
+}
+
 // Turns a non-2xx answer into a message and an exit code.
 int api_error(const HttpResult& r, const Globals& g) {
   const json body = parse_json(r.body);
   if (g.json_output) print_raw(r.body);
   const std::string error = field_text(body, "error");
   const std::string detail = field_text(body, "detail");
-  if (r.status == 401) {
-    return fail(kFailed,
-                "unauthorized: the control API needs a token (--token, --token-file or "
-                "FLEETCTL_TOKEN)");
-  }
+  if (r.status == 401) return fail(kFailed, unauthorized_message(g, field_text(body, "reason")));
   if (error == "unknown_rig") {
     return fail(kUnknownRig, "unknown rig " + field_text(body, "rig_id") +
                                  ": " + detail);
@@ -635,8 +652,17 @@ int cmd_health(ControlClient& c, const Globals& g) {
 int main(int argc, char** argv) {
   using namespace fleetctl;
   Globals g;
-  CLI::App app{"fleetctl: operate a fleetlink broker through its control API"};
+  CLI::App app{"fleetctl: operate a fleetlink broker through its control API", "fleetctl"};
   app.footer(kExitCodeHelp);
+  app.set_version_flag("--version", fleetlink::build_info::version_line("fleetctl"));
+  // Checks that say what is wrong in plain words (CLI11's own print their bounds as
+  // "[0 - 1.79769e+308]"); the option's name goes before the message.
+  constexpr long kWeek = 7L * 24 * 3600;
+  constexpr long kNoMax = std::numeric_limits<long>::max();
+  const auto whole = [](long min, long max) {
+    return CLI::Validator([min, max](std::string& text) { return check_whole_number(text, min, max); }, "");
+  };
+  const CLI::Validator positive([](std::string& text) { return check_positive_number(text); }, "");
   app.require_subcommand(1);
   app.fallthrough();
   app.add_option("--control", g.control, "control API base URL")
@@ -681,13 +707,13 @@ int main(int argc, char** argv) {
   send->add_option("--deadline", fan.deadline_s,
                    "job: seconds until it ends whatever its rigs do; unacknowledged or unanswered rigs are "
                    "then silent (default: the longest its commands can take, at most 7 days)")
-      ->check(CLI::Range(1L, 7L * 24 * 3600));
+      ->check(whole(1, kWeek));
   send->add_option("--deliver-within", deadlines.deliver_within_s,
                    "seconds for the command to be acknowledged, else undeliverable (default: the kind's)")
-      ->check(CLI::Range(1L, 7L * 24 * 3600));
+      ->check(whole(1, kWeek));
   send->add_option("--cmd-timeout", deadlines.timeout_s,
                    "seconds for the command's result once acknowledged, else timed_out (default: the kind's)")
-      ->check(CLI::Range(1L, 7L * 24 * 3600));
+      ->check(whole(1, kWeek));
   send->add_option("--idempotency-key", deadlines.idempotency_key,
                    "a key of the caller's: sending again with it returns the existing command, never a second one");
   send->add_option("--cmd-id", deadlines.cmd_id,
@@ -695,21 +721,22 @@ int main(int argc, char** argv) {
   send->add_flag("--hold", deadlines.hold,
                  "for a rig the broker has never seen: hold the command until it connects (deliver-within), "
                  "instead of unknown_rig");
-  send->add_option("--lines", lines, "dmesg: number of lines (args.lines)")->check(CLI::NonNegativeNumber);
+  send->add_option("--lines", lines, "dmesg: number of lines (args.lines)")
+      ->check(whole(0, std::numeric_limits<int>::max()));
   send->add_option("--arg", args, "extra argument key=value (repeatable)");
   send->add_flag("--wait", wait,
                  "wait for the result and print its output; a job: follow it to its end, exit 1 unless every "
                  "rig is ok");
   send->add_option("--timeout", timeout_s, "seconds to wait with --wait")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive);
 
   auto* jobs = app.add_subcommand("jobs", "list jobs, newest first (the store's history)");
   std::string job_state;
   long job_limit = 0;
   jobs->add_option("--state", job_state, "only jobs in this state (running, done, stopped, expired)");
   jobs->add_option("--limit", job_limit, "at most this many (default 100, at most 1000)")
-      ->check(CLI::Range(1L, 1000L));
+      ->check(whole(1, 1000));
 
   auto* job = app.add_subcommand("job", "show a job: its counts and every rig's outcome, state and error");
   std::string job_id;
@@ -718,7 +745,7 @@ int main(int argc, char** argv) {
   job->add_option("JOB_ID", job_id, "job id (from send --rig-glob/--label, or fleetctl jobs)")->required();
   job->add_flag("--wait", job_wait, "follow it to its end (its deadline bounds that); exit 1 unless every rig is ok");
   job->add_option("--timeout", job_timeout_s, "seconds to wait with --wait (default: until it ends)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive);
 
   auto* status = app.add_subcommand("status", "show a command's state and result");
   std::string cmd_id;
@@ -739,12 +766,14 @@ int main(int argc, char** argv) {
 
   auto* drain = app.add_subcommand("drain", "drain the broker: GOAWAY every rig over a window");
   long window_ms = -1;
-  drain->add_option("--window-ms", window_ms, "spread reconnects over this many ms")
-      ->check(CLI::NonNegativeNumber);
+  drain->add_option("--window-ms", window_ms, "spread reconnects over this many ms (default: the broker's drain-window-ms)")
+      ->check(whole(0, kNoMax));
 
   auto* events = app.add_subcommand("events", "stream live fleet events (Server-Sent Events)");
   long max_events = 0;
-  events->add_option("--count", max_events, "stop after this many events (0: never)");
+  events->add_option("--count", max_events, "stop after this many events (0: never)")
+      ->capture_default_str()
+      ->check(whole(0, kNoMax));
 
   auto* health = app.add_subcommand("health", "check /healthz and /readyz");
 
@@ -754,15 +783,20 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
+    std::cerr << "fleetctl: " << e.what() << "\n(fleetctl --help lists the commands and options)\n";
     return kUsage;
   }
 
-  if (!g.token_file.empty() && g.token.empty()) {
+  if (!g.token.empty()) {
+    g.token_from = "--token / FLEETCTL_TOKEN";
+  } else if (!g.token_file.empty()) {
     bool ok = false;
     g.token = read_token_file(g.token_file, ok);
     if (!ok) return fail(kUsage, "cannot read token file " + g.token_file);
+    g.token_from = "--token-file " + g.token_file;
   }
 
   ControlClient client(g.control, g.token);

@@ -4,7 +4,6 @@
 
 #include <csignal>
 #include <cstdio>
-#include <iostream>
 #include <string>
 
 #include "app/broker_app.hpp"
@@ -30,13 +29,45 @@ std::string allocator_name() {
   return "glibc malloc";
 #endif
 }
+
+// --check-config: the report, then 0 when nothing is wrong, else 2. No socket, no store.
+int check_config(const BrokerConfig& cfg, const ConfigReport& report) {
+  const std::string src = cfg.config_file.empty() ? "(no config file; flags only)" : cfg.config_file;
+  for (const auto& w : report.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  for (const auto& e : report.errors) std::fprintf(stderr, "error: %s\n", e.c_str());
+  if (!report.ok()) {
+    std::fprintf(stderr, "fleetlink-broker: configuration %s has %zu error(s)\n", src.c_str(), report.errors.size());
+    return 2;
+  }
+  std::printf("fleetlink-broker: configuration %s is valid (broker %s, listen %s, control %s, store %s)\n",
+              src.c_str(), cfg.broker_id.c_str(), cfg.listen.to_string().c_str(), cfg.control.to_string().c_str(),
+              cfg.store.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto parsed = parse_command_line(argc, argv);
-  if (auto* code = std::get_if<int>(&parsed)) return *code;
-  BrokerConfig cfg = std::get<BrokerConfig>(std::move(parsed));
+  ParseOutcome parsed = parse_command_line(argc, argv);
+  if (parsed.status == ParseStatus::exit) {
+    std::fputs(parsed.output.c_str(), parsed.exit_code == 0 ? stdout : stderr);
+    return parsed.exit_code;
+  }
+  BrokerConfig cfg = std::move(parsed.config);
+  ConfigReport report = std::move(parsed.report);
   fleetlink::log::set_level(cfg.log_level);
+  ConfigReport checked = validate(cfg);
+  report.errors.insert(report.errors.end(), checked.errors.begin(), checked.errors.end());
+  report.warnings.insert(report.warnings.end(), checked.warnings.begin(), checked.warnings.end());
+  check_files(cfg, report);
+  if (cfg.check_config) return check_config(cfg, report);
+  for (const auto& w : report.warnings) FL_WARN("config: %s", w.c_str());
+  if (!report.ok()) {
+    for (const auto& e : report.errors) FL_ERROR("config: %s", e.c_str());
+    FL_ERROR("refusing to start: %zu configuration error(s) (see fleetlink-broker --check-config)",
+             report.errors.size());
+    return 2;
+  }
   std::signal(SIGPIPE, SIG_IGN);
 
   uv_loop_t loop;

@@ -60,11 +60,12 @@ class TestControlApi(harness.LabTestCase):
         samples = {}
         for line in text.splitlines():
             if line.startswith("#"):
-                self.assertRegex(line, r"^# (HELP|TYPE) fleetlink_broker_\w+ ")
+                self.assertRegex(line, r"^# (HELP|TYPE) (fleetlink_broker_\w+|fleetlink_build_info) ")
                 continue
             name, value = line.rsplit(" ", 1)
             samples[name] = float(value)
-            self.assertTrue(name.startswith("fleetlink_broker_"), line)
+            # Every series is the broker's, but the build's, named for every fleetlink program.
+            self.assertTrue(name.startswith("fleetlink_broker_") or name.startswith("fleetlink_build_info{"), line)
         self.assertEqual(samples["fleetlink_broker_connections_open"], 2)
         self.assertEqual(samples["fleetlink_broker_rigs_registered"], 2)
         self.assertGreaterEqual(samples['fleetlink_broker_hellos_total{outcome="accepted"}'], 2)

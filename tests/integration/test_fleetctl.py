@@ -295,7 +295,22 @@ class TestFleetctlAuth(FleetctlCase):
         r = self.fleetctl("rigs")
         self.assertEqual(r.returncode, 1, r.stderr)
         self.assertIn("unauthorized", r.stderr)
-        self.assertEqual(self.fleetctl("--token", "wrong", "rigs").returncode, 1)
+        # No token and a wrong one are told apart, by the broker and by fleetctl.
+        self.assertIn("none was given", r.stderr)
+        self.assertIn("--token, --token-file or FLEETCTL_TOKEN", r.stderr)
+        r = self.fleetctl("--token", "wrong", "rigs")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("the broker refused the token", r.stderr)
+        self.assertIn("check --token / FLEETCTL_TOKEN", r.stderr)
+        self.assertNotIn("none was given", r.stderr)
+        wrong_file = self.lab.path("wrong-token")
+        with open(wrong_file, "w") as f:
+            f.write("not-it\n")
+        r = self.fleetctl("--token-file", wrong_file, "rigs")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(f"check --token-file {wrong_file}", r.stderr)
+        self.assertEqual(self.broker.api("GET", "/v1/rigs", token="")[1]["reason"], "missing_token")
+        self.assertEqual(self.broker.api("GET", "/v1/rigs", token="wrong")[1]["reason"], "bad_token")
 
         r = self.fleetctl("--token", token, "rigs")
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -334,6 +349,39 @@ class TestFleetctlEvents(FleetctlCase):
         self.assertEqual([line.split()[1] for line in lines],
                          ["command_acked", "command_done", "rig_disconnected", "rig_connected"])
         self.assertIn("rig=rig-a", lines[0])
+
+
+
+class TestFleetctlCommandLine(harness.LabTestCase):
+    """What fleetctl says about itself and its arguments, without a broker."""
+
+    def run_fleetctl(self, *args):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+        return subprocess.run([harness.binary("fleetctl"), "--control", "http://127.0.0.1:9", *args],
+                              capture_output=True, text=True, timeout=30, env=env)
+
+    def test_version(self):
+        r = self.run_fleetctl("--version")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"^fleetctl \d+\.\d+\.\d+")
+
+    def test_bad_numbers_are_said_in_plain_words(self):
+        cases = [
+            (("send", "rig-a", "dmesg", "--timeout", "-1"), "--timeout: must be a positive number (got '-1')"),
+            (("send", "rig-a", "dmesg", "--lines", "-3"), "--lines: must be a whole number from 0 to"),
+            (("send", "rig-a", "dmesg", "--deliver-within", "0"),
+             "--deliver-within: must be a whole number from 1 to 604800 (got '0')"),
+            (("jobs", "--limit", "lots"), "--limit: must be a whole number from 1 to 1000 (got 'lots')"),
+            (("drain", "--window-ms", "-5"), "--window-ms: must be a whole number, 0 or more (got '-5')"),
+            (("job", "J", "--timeout", "0"), "--timeout: must be a positive number (got '0')"),
+        ]
+        for args, message in cases:
+            with self.subTest(args=args):
+                r = self.run_fleetctl(*args)
+                self.assertEqual(r.returncode, 64, r.stderr)
+                self.assertIn(message, r.stderr)
+                self.assertNotIn("1.79769e+308", r.stderr)
+                self.assertNotIn("ValidationError", r.stderr)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,24 @@
 #pragma once
 // The broker's settings: one struct, filled from the command line and/or a
-// config file (CLI11 INI/TOML, every flag is also a key). See docs/OPERATIONS.md.
+// config file (CLI11 INI, every flag is also a key). See docs/OPERATIONS.md and
+// packaging/config/broker.conf, which lists every option with its default.
+//
+// Reading a configuration is three steps, each reporting every problem it finds
+// (not just the first), each problem naming where the value came from (the file,
+// its line and the key, or the flag):
+//   parse_command_line()  the syntax: unknown keys, values that are not numbers
+//   validate()            ranges and the constraints between options (pure)
+//   check_files()         the files named: certificates, key, CA, token, ticket key, state directory
+// The broker refuses to start on any error; --check-config prints the same report
+// and exits without opening a socket or the command store.
 #include <cstdint>
+#include <map>
 #include <string>
-#include <variant>
+#include <string_view>
+#include <vector>
 
 #include "common/log.hpp"
 #include "net/host_port.hpp"
-#include "fleetlink/expected.hpp"
 
 namespace fleetlink::broker {
 
@@ -17,6 +28,7 @@ struct BrokerConfig {
   HostPort plain_listen;                 // host empty: no plain listener
   HostPort control{"127.0.0.1", 8080};
   std::string control_token;             // resolved from --control-token-file too
+  std::string control_token_file;
   std::string broker_id;                 // default: hostname
   std::uint32_t ping_interval_ms = 20000;
   std::uint32_t pong_timeout_ms = 10000;
@@ -40,7 +52,7 @@ struct BrokerConfig {
   std::uint32_t drain_deadline_ms = 0;   // 0: window + 5000
   std::uint32_t command_history = 10000;   // finished commands kept in memory (the store keeps more)
   // The command store (docs/OPERATIONS.md, "The command store").
-  std::string store = "sqlite";                      // sqlite | none
+  std::string store = "sqlite";                      // sqlite | redis | none
   std::string state_dir = "/var/lib/fleetlink-broker";
   std::uint32_t store_commit_interval_ms = 20;
   std::uint32_t store_retention_days = 30;
@@ -55,20 +67,48 @@ struct BrokerConfig {
   std::uint32_t reconcile_grace_ms = 30000;
   std::uint32_t cancel_grace_ms = 30000;
   bool strict = false;
+  std::string log_level_name = "info";
   log::Level log_level = log::Level::info;
+
+  // Where the settings came from, for messages that name the file and key.
+  std::string config_file;                      // "" : flags only
+  std::map<std::string, int> config_file_keys;  // key -> its line in config_file
+  std::vector<std::string> from_command_line;   // flags given on the command line (without "--")
+  bool check_config = false;
 
   std::uint32_t effective_drain_deadline_ms() const {
     return drain_deadline_ms ? drain_deadline_ms : drain_window_ms + 5000;
   }
 };
 
-// Either a config to run with, or an exit code (0 after --help, 2 on a usage error)
-// whose message has already been printed.
-using ParseOutcome = std::variant<BrokerConfig, int>;
-ParseOutcome parse_command_line(int argc, char** argv);
+// Every problem found, each a sentence that starts with where: "--cert: ...",
+// "/etc/fleetlink/broker.conf:12: key 'cert': ...".
+struct ConfigReport {
+  std::vector<std::string> errors;
+  std::vector<std::string> warnings;
+  bool ok() const noexcept { return errors.empty(); }
+};
 
-// Semantic checks that do not depend on parsing: loopback-only plain listener,
-// ranges. Error detail is a sentence for the operator.
-Expected<void> validate(const BrokerConfig& cfg);
+enum class ParseStatus { run, exit };
+struct ParseOutcome {
+  ParseStatus status = ParseStatus::run;
+  int exit_code = 0;       // with ParseStatus::exit: 0 after --help/--version, 2 on a usage error
+  std::string output;      // with ParseStatus::exit: the help or version text (stdout) or the error (stderr)
+  BrokerConfig config;     // with ParseStatus::run
+  ConfigReport report;     // with ParseStatus::run: what reading the values found (unknown keys, not numbers)
+};
+ParseOutcome parse_command_line(int argc, const char* const* argv);
+
+// Ranges, choices and the constraints between options (no file is read).
+ConfigReport validate(const BrokerConfig& cfg);
+// The files the configuration names (readable, PEM, the key of the certificate, a
+// token in the token file, a private ticket key, a usable state directory); adds to `report`.
+void check_files(const BrokerConfig& cfg, ConfigReport& report);
+
+// Where `key` was set: "--key" (a flag, or the default), or "FILE:LINE: key 'key'".
+std::string config_origin(const BrokerConfig& cfg, std::string_view key);
+
+// The option closest to a misspelt one ("ping_interval_ms" -> "ping-interval-ms"), or "".
+std::string closest_option(std::string_view key, const std::vector<std::string>& options);
 
 }  // namespace fleetlink::broker

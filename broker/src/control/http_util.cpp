@@ -67,15 +67,20 @@ std::map<std::string, std::string> parse_query(std::string_view query) {
   return out;
 }
 
-bool bearer_token_matches(std::string_view authorization, std::string_view token) noexcept {
-  constexpr std::string_view kScheme = "bearer ";
-  if (token.empty() || authorization.size() < kScheme.size()) return false;
+BearerToken check_bearer_token(std::string_view authorization, std::string_view token) noexcept {
+  constexpr std::string_view kScheme = "bearer";
+  while (!authorization.empty() && (authorization.back() == ' ' || authorization.back() == '\t'))
+    authorization.remove_suffix(1);
+  if (authorization.size() < kScheme.size()) return BearerToken::missing;
   for (std::size_t i = 0; i < kScheme.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(authorization[i])) != kScheme[i]) return false;
+    if (std::tolower(static_cast<unsigned char>(authorization[i])) != kScheme[i]) return BearerToken::missing;
   }
   std::string_view given = authorization.substr(kScheme.size());
+  if (given.empty()) return BearerToken::missing;                           // "Bearer"
+  if (given.front() != ' ') return BearerToken::missing;                    // "Bearerish ..."
   while (!given.empty() && given.front() == ' ') given.remove_prefix(1);
-  while (!given.empty() && (given.back() == ' ' || given.back() == '\t')) given.remove_suffix(1);
+  if (given.empty()) return BearerToken::missing;
+  if (token.empty()) return BearerToken::wrong;
   // Constant time over the configured token: no early exit on the first
   // differing byte, so response timing does not reveal a prefix.
   unsigned diff = given.size() == token.size() ? 0U : 1U;
@@ -83,7 +88,7 @@ bool bearer_token_matches(std::string_view authorization, std::string_view token
     const char g = i < given.size() ? given[i] : '\0';
     diff |= static_cast<unsigned>(static_cast<unsigned char>(g) ^ static_cast<unsigned char>(token[i]));
   }
-  return diff == 0;
+  return diff == 0 ? BearerToken::matches : BearerToken::wrong;
 }
 
 const char* http_reason_phrase(int status) noexcept {

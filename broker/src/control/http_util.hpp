@@ -18,9 +18,15 @@ std::string percent_decode(std::string_view s);
 // "a=1&b=x%20y" -> {{"a","1"},{"b","x y"}} ("+" means a space in a query).
 std::map<std::string, std::string> parse_query(std::string_view query);
 
-// True when `authorization` is "Bearer <token>" (scheme case-insensitive),
-// compared in constant time with respect to the token's content.
-bool bearer_token_matches(std::string_view authorization, std::string_view token) noexcept;
+// What an Authorization header holds against the configured token: "Bearer <token>"
+// (scheme case-insensitive, compared in constant time with respect to the token's
+// content); missing: no header, another scheme, or "Bearer" with nothing after it;
+// wrong: a bearer token that is not this one.
+enum class BearerToken { matches, missing, wrong };
+BearerToken check_bearer_token(std::string_view authorization, std::string_view token) noexcept;
+inline bool bearer_token_matches(std::string_view authorization, std::string_view token) noexcept {
+  return check_bearer_token(authorization, token) == BearerToken::matches;
+}
 
 // The standard reason phrase ("Not Found"), "Unknown" otherwise.
 const char* http_reason_phrase(int status) noexcept;

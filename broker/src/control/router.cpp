@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "control/control_json.hpp"
 #include "control/handler_support.hpp"
 #include "control/http_util.hpp"
 
@@ -76,13 +77,30 @@ Router::Match Router::match(std::string_view method, std::string_view path) cons
   return m;
 }
 
+namespace {
+
+// 401, saying whether a token was missing or wrong (a client tells its user which),
+// in the body's "reason" and, for a wrong one, as RFC 6750's error="invalid_token".
+HttpResponse unauthorized(bool missing) {
+  auto body = error_body("unauthorized", missing ? "no bearer token: send Authorization: Bearer <token>"
+                                                 : "the bearer token is not this broker's control token");
+  body["reason"] = missing ? "missing_token" : "bad_token";
+  HttpResponse r;
+  r.status = 401;
+  r.body = dump_json(body);
+  r.headers.emplace_back("WWW-Authenticate", missing ? "Bearer realm=\"fleetlink\""
+                                                     : "Bearer realm=\"fleetlink\", error=\"invalid_token\"");
+  return r;
+}
+
+}  // namespace
+
 HttpResponse Router::dispatch(const HttpRequest& req, Fleet& fleet, const BrokerMetrics& metrics,
                               const ControlApiOptions& options, std::uint64_t now_ms) const {
   const Match m = match(req.method, req.path);
-  if (!options.token.empty() && !m.open && !bearer_token_matches(req.authorization, options.token)) {
-    HttpResponse r = json_error(401, "unauthorized", "missing or wrong bearer token");
-    r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"fleetlink\"");
-    return r;
+  if (!options.token.empty() && !m.open) {
+    const BearerToken t = check_bearer_token(req.authorization, options.token);
+    if (t != BearerToken::matches) return unauthorized(t == BearerToken::missing);
   }
   HttpResponse r;
   if (m.route != nullptr) {

@@ -8,8 +8,10 @@
 #include <cmath>
 #include <string_view>
 
+#include "common/build_info.hpp"
 #include "fleet/fleet.hpp"
 #include "fleetlink/close_codes.hpp"
+#include "fleetlink/messages.hpp"
 
 namespace fleetlink::broker {
 
@@ -138,6 +140,24 @@ class Writer {
     sample(std::string(name) + "_sum", {}, format_number(sum));
     sample(std::string(name) + "_count", {}, format_int(cumulative));
   }
+  // fleetlink_build_info{version,commit} 1: the name every fleetlink program would
+  // use (no broker_ prefix), so one query finds the versions of the whole fleet's
+  // brokers. The commit is left out when the build did not know it.
+  void build_info() {
+    out_ += "# HELP fleetlink_build_info The version (and commit) this program was built from; always 1.\n"
+            "# TYPE fleetlink_build_info gauge\n"
+            "fleetlink_build_info{program=\"fleetlink-broker\",version=\"";
+    out_ += escape_label(build_info::version());
+    out_ += '"';
+    if (!build_info::commit().empty()) {
+      out_ += ",commit=\"";
+      out_ += escape_label(build_info::commit());
+      out_ += '"';
+    }
+    out_ += ",protocol=\"";
+    out_ += format_int(kProtocolVersion);
+    out_ += "\"} 1\n";
+  }
   std::string take() { return std::move(out_); }
 
  private:
@@ -149,6 +169,7 @@ class Writer {
 std::string BrokerMetrics::render_prometheus(
     const std::map<std::string, double>& extra_gauges) const {
   Writer w;
+  w.build_info();
   w.simple("connections_open", "gauge", "WebSocket connections currently open.", connections_open);
   w.simple("rigs_registered", "gauge", "Rigs past WELCOME, live on this broker.", rigs_registered);
   w.simple("connections_accepted_total", "counter",

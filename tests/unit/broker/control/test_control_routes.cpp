@@ -394,8 +394,23 @@ TEST_CASE("control: bearer token guards everything but health, readiness and the
   HttpResponse r = f.call("GET", "/v1/rigs");
   CHECK(r.status == 401);
   CHECK(body_of(r)["error"] == "unauthorized");
-  CHECK(f.call("GET", "/v1/rigs", {}, "Bearer wrong").status == 401);
-  CHECK(f.call("GET", "/v1/rigs", {}, "Basic s3cret").status == 401);
+  // No token and a wrong one are told apart (a client says which to its user).
+  CHECK(body_of(r)["reason"] == "missing_token");
+  const auto www_authenticate = [](const HttpResponse& resp) {
+    for (const auto& [name, value] : resp.headers)
+      if (name == "WWW-Authenticate") return value;
+    return std::string();
+  };
+  CHECK(www_authenticate(r) == "Bearer realm=\"fleetlink\"");
+  HttpResponse wrong = f.call("GET", "/v1/rigs", {}, "Bearer wrong");
+  CHECK(wrong.status == 401);
+  CHECK(body_of(wrong)["error"] == "unauthorized");
+  CHECK(body_of(wrong)["reason"] == "bad_token");
+  CHECK(www_authenticate(wrong) == "Bearer realm=\"fleetlink\", error=\"invalid_token\"");
+  CHECK(body_of(f.call("GET", "/v1/rigs", {}, "Bearer s3cre"))["reason"] == "bad_token");
+  CHECK(body_of(f.call("GET", "/v1/rigs", {}, "Bearer "))["reason"] == "missing_token");
+  CHECK(body_of(f.call("GET", "/v1/rigs", {}, "Basic s3cret"))["reason"] == "missing_token");
+  CHECK(f.call("GET", "/v1/rigs", {}, "Bearer s3cret ").status == 200);
   CHECK(f.call("GET", "/v1/rigs", {}, "Bearer s3cret").status == 200);
   CHECK(f.call("GET", "/v1/rigs", {}, "bearer s3cret").status == 200);
   CHECK(f.call("GET", "/metrics").status == 401);

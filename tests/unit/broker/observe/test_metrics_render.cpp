@@ -3,6 +3,8 @@
 
 #include <sstream>
 
+#include "common/build_info.hpp"
+#include "fleetlink/version.hpp"
 #include "observe/metrics.hpp"
 
 using fleetlink::broker::BrokerMetrics;
@@ -68,7 +70,8 @@ TEST_CASE("metrics: render has HELP/TYPE, prefixed names, labelled hellos and cl
   CHECK(has_line(text, "# TYPE fleetlink_broker_process_open_fds gauge"));
   CHECK(has_line(text, "fleetlink_broker_process_open_fds 12"));
 
-  // Every sample line belongs to a metric announced by a TYPE line, all prefixed.
+  // Every sample line belongs to a metric announced by a TYPE line, all prefixed
+  // (but fleetlink_build_info, named for every fleetlink program).
   std::istringstream in(text);
   std::string current;
   for (std::string l; std::getline(in, l);) {
@@ -77,7 +80,7 @@ TEST_CASE("metrics: render has HELP/TYPE, prefixed names, labelled hellos and cl
       continue;
     }
     if (l.rfind("#", 0) == 0) continue;
-    CHECK_MESSAGE(l.rfind("fleetlink_broker_", 0) == 0, l);
+    CHECK_MESSAGE((l.rfind("fleetlink_broker_", 0) == 0 || l.rfind("fleetlink_build_info{", 0) == 0), l);
     CHECK_MESSAGE(l.rfind(current, 0) == 0, l);
   }
   CHECK(text.back() == '\n');
@@ -96,4 +99,16 @@ TEST_CASE("metrics: cumulative buckets never decrease") {
     previous = v;
   }
   CHECK(previous == 500);
+}
+
+TEST_CASE("metrics: fleetlink_build_info names the version and, when the build knew it, the commit") {
+  const std::string text = BrokerMetrics{}.render_prometheus();
+  CHECK(has_line(text, "# TYPE fleetlink_build_info gauge"));
+  // The project version (CMake's project(VERSION)), the one --version prints.
+  CHECK(fleetlink::build_info::version() == FLEETLINK_VERSION);
+  std::string labels = "program=\"fleetlink-broker\",version=\"" FLEETLINK_VERSION "\"";
+  if (!fleetlink::build_info::commit().empty())
+    labels += ",commit=\"" + std::string(fleetlink::build_info::commit()) + "\"";
+  labels += ",protocol=\"1\"";
+  CHECK(has_line(text, "fleetlink_build_info{" + labels + "} 1"));
 }
