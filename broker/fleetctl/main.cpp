@@ -517,6 +517,17 @@ int cmd_status(ControlClient& c, const Globals& g, const std::string& cmd_id) {
         !result["output"].get<std::string>().empty()) {
       std::cout << "output:\n" << result["output"].get<std::string>();
       if (result["output"].get<std::string>().back() != '\n') std::cout << '\n';
+    } else if (!result.is_object()) {
+      // Running: what it has streamed so far (the broker keeps the last 64 KiB).
+      const auto o = c.call("GET", "/v1/commands/" + c.escape(cmd_id) + "/output", {}, e);
+      const json out = o && o->status == 200 ? parse_json(o->body) : json();
+      const std::string data = out.is_object() ? out.value("data", std::string()) : std::string();
+      if (!data.empty()) {
+        std::cout << "output so far";
+        if (out.value("offset", 0) > 0) std::cout << " (from byte " << out.value("offset", 0) << ")";
+        std::cout << ":\n" << data;
+        if (data.back() != '\n') std::cout << '\n';
+      }
     }
   }
   return is_final(field_text(cmd, "state")) ? finished_command_exit(cmd) : kOk;

@@ -77,6 +77,15 @@ class LiveOutputTest(harness.LabTestCase):
         self.assert_live(lines)
         self.assertRegex(err, rf"command {cmd_id} failed: exit code 3")
 
+    def test_status_of_a_running_suite_shows_its_output_so_far(self):
+        cmd_id = self.post_suite("slow")
+        harness.wait_for(lambda: "step 2" in self.broker.api("GET", f"/v1/commands/{cmd_id}/output")[1]["data"],
+                         10, interval=0.05, what="two steps streamed")
+        r = subprocess.run([harness.binary("fleetctl"), "--control", self.broker.control_url, "status", cmd_id],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"output so far:\nstep 1 of 6\nstep 2 of 6\n")
+
     def test_send_wait_prints_output_live(self):
         lines, err, rc = self.fleetctl_lines("send", "rig-a", "suite", "--arg", "suite=slow", "--wait")
         self.assertEqual(rc, 0, err)
