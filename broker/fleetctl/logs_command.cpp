@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <ostream>
+#include <thread>
 
 #include "output_follow.hpp"
 
@@ -54,11 +55,17 @@ FollowOutcome print_command_output(ControlClient& api, ControlClient& events, co
 
   // Ends with the command's record: what it printed last, and its final state.
   auto finish = [&](FollowOutcome::Kind kind) {
+    json cmd;
+    if (!get_json(api, command_path, cmd, outcome)) return;
+    // Its end was announced: a broker that reads the record from a shared store
+    // may not have it yet (the owner writes it within a commit interval).
+    for (int i = 0; i < 30 && kind == FollowOutcome::Kind::finished && !final_state(cmd); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (!get_json(api, command_path, cmd, outcome)) return;
+    }
     json stored;
     if (!get_json(api, output_path, stored, outcome)) return;
     print(out, follower, stored, "data");  // a RESULT's output may hold more than was streamed
-    json cmd;
-    if (!get_json(api, command_path, cmd, outcome)) return;
     outcome.command = std::move(cmd);
     outcome.kind = kind;
     outcome.gap_bytes = follower.gap_bytes();

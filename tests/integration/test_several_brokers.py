@@ -33,6 +33,7 @@ import time
 import unittest
 
 from harness import Broker, LabTestCase, free_port, wait_for
+from harness import binary as harness_binary
 import test_control_stream as control_stream  # its helpers (a module: its tests are not run here)
 
 FINAL = Broker.FINAL
@@ -100,6 +101,10 @@ class SeveralBrokersTest(LabTestCase):
                     "if [ -n \"$s\" ]; then sleep \"$s\"; fi\n"
                     "echo \"done $FLEETLINK_CMD_ID\"\n")
         os.chmod(prog, 0o755)
+        steps = os.path.join(self.plugins, "fleetlink-steps")  # four lines, 0.5 s apart
+        with open(steps, "w") as f:
+            f.write("#!/bin/sh\nread -r req\nfor i in 1 2 3 4; do echo \"step $i\"; sleep 0.5; done\n")
+        os.chmod(steps, 0o755)
         self.state_dir = self.lab.path("shared-state")
 
     def redis(self, **kw):
@@ -343,6 +348,25 @@ class SeveralBrokersTest(LabTestCase):
         cmd_ids = [r["cmd_id"] for r in final["rigs"]]
         self.assert_succeeded(self.wait_states(others[1], cmd_ids))
         self.assert_ran_once(cmd_ids)
+
+    def test_live_output_of_a_command_on_another_broker(self):
+        redis = self.redis()
+        a, b = self.broker("oa", redis), self.broker("ob", redis)
+        self.agent("rig-o", [b])
+        wait_for(lambda: "rig-o" in a.rigs(), 15, what="oa sees ob's rig")
+        cmd_id = self.post(a, "rig-o", kind="steps")["cmd_id"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+        t0, lines = time.monotonic(), []
+        with subprocess.Popen([harness_binary("fleetctl"), "--control", a.control_url, "logs", "-f", cmd_id],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as p:
+            for line in p.stdout:
+                lines.append((time.monotonic() - t0, line.rstrip("\n")))
+            err = p.stderr.read()
+            rc = p.wait(timeout=30)
+        self.assertEqual(rc, 0, err)
+        self.assertEqual([t for _, t in lines], ["step 1", "step 2", "step 3", "step 4"], err)
+        self.assertGreater(lines[-1][0] - lines[0][0], 1.0, f"not live through broker oa: {lines}")
+        self.assertIn("succeeded, exit code 0", err)
 
     # ------------------------------------------------------------------ fencing
 

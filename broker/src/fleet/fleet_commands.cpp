@@ -230,10 +230,16 @@ CommandView* FleetCore::find_command(std::string_view cmd_id) {
 }
 
 std::optional<CommandView> FleetCore::command(std::string_view cmd_id) const {
-  if (const CommandView* v = commands_.find(cmd_id)) return *v;
+  if (const CommandView* v = commands_.find(cmd_id)) {
+    if (remote_outputs_.size() == 0) return *v;
+    CommandView copy = *v;
+    remote_outputs_.overlay(copy);  // known here, running elsewhere
+    return copy;
+  }
   if (!store_.answers_at_once()) return std::nullopt;  // command_then reads it
   std::optional<CommandView> found;
   store_.find(cmd_id, [&](std::optional<CommandView> v) { found = std::move(v); });
+  if (found) remote_outputs_.overlay(*found);  // running on another broker: what was relayed of its output
   return found;
 }
 
@@ -250,8 +256,15 @@ bool FleetCore::read_command(std::string_view cmd_id, const std::function<void(c
 bool FleetCore::reads_later() const { return !store_.answers_at_once(); }
 
 void FleetCore::command_then(std::string_view cmd_id, std::function<void(std::optional<CommandView>)> done) const {
-  if (const CommandView* v = commands_.find(cmd_id)) return done(*v);
-  store_.find(cmd_id, std::move(done));
+  if (const CommandView* v = commands_.find(cmd_id)) {
+    CommandView copy = *v;
+    remote_outputs_.overlay(copy);
+    return done(std::move(copy));
+  }
+  store_.find(cmd_id, [this, done = std::move(done)](std::optional<CommandView> v) {
+    if (v) remote_outputs_.overlay(*v);
+    done(std::move(v));
+  });
 }
 
 void FleetCore::list_commands_then(const CommandQuery& query, std::function<void(std::vector<CommandView>)> done) const {

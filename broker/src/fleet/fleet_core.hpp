@@ -33,6 +33,7 @@
 #include "fleet/fleet.hpp"
 #include "fleet/observer.hpp"
 #include "fleet/outbound.hpp"
+#include "fleet/remote_output.hpp"
 #include "fleet/rig_registry.hpp"
 #include "fleet/rig_session.hpp"
 #include "fleet/transport.hpp"
@@ -349,6 +350,8 @@ class FleetCore final : public Fleet {
     std::uint64_t heard_ms = 0;
   };
   std::unordered_map<std::string, RemoteRig, TransparentStringHash, std::equal_to<>> remote_;
+  // Output of commands on other brokers, as relayed (laid over their stored records).
+  RemoteOutputs remote_outputs_;
   std::uint64_t next_ask_ = 0;
 };
 

@@ -321,6 +321,8 @@ void FleetCore::on_mesh(const MeshNote& note) {
     case MeshKind::event:
       if (!note.event) return;
       heard_of(note);
+      if (note.event->type == EventType::command_output) remote_outputs_.add(*note.event);
+      else if (note.event->type == EventType::command_done) remote_outputs_.forget(note.event->cmd_id);
       bus_.emit(*note.event);
       return;
     case MeshKind::rig_seen:
