@@ -484,8 +484,11 @@ void JobTable::routed(Fleet& fleet, const std::string& job_id, std::size_t index
   if (ok != nullptr) cmd_id = ok->cmd_id;
   else if (failure != nullptr && failure->error == EnqueueError::route_timeout) cmd_id = failure->cmd_id;
   const auto it = jobs_.find(job_id);
-  Job* job = it == jobs_.end() ? nullptr : &it->second;
-  JobRig* r = job != nullptr && index < job->rigs.size() ? &job->rigs[index] : nullptr;
+  // Gone from the table: another broker drives it now (disown), and follows the
+  // command by its record; nothing to do here.
+  if (it == jobs_.end()) return;
+  Job* job = &it->second;
+  JobRig* r = index < job->rigs.size() ? &job->rigs[index] : nullptr;
   if (r == nullptr || job->finished_at_ms || job->expiring || r->outcome != JobRigOutcome::dispatched ||
       !r->cmd_id.empty()) {
     // The job reported this rig already (its deadline came first): the command must not run after it.
