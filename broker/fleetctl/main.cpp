@@ -3,7 +3,7 @@
 //   fleetctl rigs | rig RIG | send RIG KIND [--lines N] [--arg k=v]... [--wait]
 //            send (--rig-glob G | --label k=v)... KIND [--max-concurrency N|P%] [--max-errors N|P%]
 //                 [--deadline S] [--wait]                               (a job)
-//            jobs [--state S] [--limit N] | job JOB_ID [--wait]
+//            job create|list|show|watch|cancel ... (job_commands.hpp), jobs, job JOB_ID [--wait]
 //            status CMD_ID | logs [-f] CMD_ID | cancel CMD_ID | reconnect RIG | drain [--window-ms N] | events | health
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -23,6 +23,7 @@
 #include "common/build_info.hpp"
 #include "control_client.hpp"
 #include "exit_codes.hpp"
+#include "job_commands.hpp"
 #include "logs_command.hpp"
 #include "output_format.hpp"
 
@@ -237,161 +238,22 @@ struct FanOut {
   bool wanted() const { return !rig_glob.empty() || !labels.empty(); }
 };
 
-// "3" as the number 3, "10%" as the string: the API takes both.
-json share_json(const std::string& text) {
-  if (!text.empty() && std::all_of(text.begin(), text.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
-    return std::stoull(text);
-  return text;
-}
-
-// --max-errors and --max-concurrency: a whole number, or a percentage with at most two decimals.
-std::string share_check(const std::string& text) {
-  std::size_t i = 0;
-  while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
-  if (i == 0 || i > 7) return "a number of rigs or a percentage of them (10%) expected, got '" + text + "'";
-  if (i == text.size()) return {};
-  std::size_t j = i;
-  if (text[j] == '.') {
-    ++j;
-    const std::size_t digits = j;
-    while (j < text.size() && text[j] >= '0' && text[j] <= '9') ++j;
-    if (j == digits || j - digits > 2) return "a percentage has at most two decimals: '" + text + "'";
-  }
-  if (j + 1 == text.size() && text[j] == '%') return {};
-  return "a number of rigs or a percentage of them (10%) expected, got '" + text + "'";
-}
-
-int print_job(const Globals& g, const json& job) {
-  if (g.json_output) {
-    std::cout << job.dump() << "\n";
-  } else {
-    std::cout << job_summary(job);
-    if (job.contains("rigs")) std::cout << "\n" << job_rigs_table(job);
-  }
-  std::cout.flush();
-  return kOk;
-}
-
-// Exit code for a finished job, with the reason on stderr.
-int finished_job_exit(const json& job) {
-  if (job_all_ok(job)) return kOk;
-  std::string why;
-  const json counts = job.value("counts", json::object());
-  for (const char* o : {"failed", "refused", "silent", "skipped"}) {
-    const long n = counts.value(o, 0L);
-    if (n > 0) why += (why.empty() ? "" : ", ") + std::to_string(n) + " " + o;
-  }
-  return fail(kFailed, "job " + field_text(job, "job_id") + " " + field_text(job, "state") + ": " +
-                           (why.empty() ? "not every rig ok" : why));
-}
-
-// Follows a job until it is no longer running (timeout_s <= 0: until then; its
-// deadline bounds it), asking without the rig list meanwhile; then `job` is all
-// of it. kOk, or the exit code of what went wrong (reported).
-int wait_job(ControlClient& c, const Globals& g, const std::string& job_id, double timeout_s, json& job) {
-  const bool bounded = timeout_s > 0;
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(bounded ? timeout_s : 0));
-  auto delay = std::chrono::milliseconds(100);
-  const std::string path = "/v1/jobs/" + c.escape(job_id);
-  TransportError e;
-  while (field_text(job, "state") == "running" || !job.is_object()) {
-    if (bounded && Clock::now() >= deadline) {
-      if (!g.json_output) std::cerr << job_summary(job);
-      return fail(kTimeout, "timed out after " + std::to_string(timeout_s) + "s waiting for job " + job_id +
-                                " (it goes on; see: fleetctl job " + job_id + ")");
-    }
-    if (job.is_object()) std::this_thread::sleep_for(delay);
-    delay = std::min(delay * 2, std::chrono::milliseconds(1000));
-    const auto s = c.call("GET", path + "?rigs=false", {}, e, 10000);
-    if (!s) return unreachable(e);
-    if (s->status != 200) return api_error(*s, g);
-    job = parse_json(s->body);
-    if (!job.is_object()) return fail(kFailed, "control API answered invalid JSON");
-  }
-  const auto s = c.call("GET", path, {}, e, 30000);
-  if (!s) return unreachable(e);
-  if (s->status != 200) return api_error(*s, g);
-  job = parse_json(s->body);
-  return job.is_object() ? kOk : fail(kFailed, "control API answered invalid JSON");
-}
-
-// fleetctl send --rig-glob G / --label k=v KIND: POST /v1/jobs, the job's id on
+// fleetctl send --rig-glob G / --label k=v KIND: a job (job create), its id on
 // the first line; with --wait, followed to its end.
-int cmd_send_job(ControlClient& c, const Globals& g, const FanOut& fan, const std::string& kind,
-                 const json& args, const CommandDeadlines& deadlines, bool wait, double timeout_s) {
-  json targets = json::object();
-  if (!fan.rig_glob.empty()) targets["glob"] = fan.rig_glob;
-  if (!fan.labels.empty()) {
-    json labels = json::object();
-    for (const std::string& kv : fan.labels) {
-      const std::size_t eq = kv.find('=');
-      if (eq == std::string::npos || eq == 0) {
-        return fail(kUsage, "--label wants key=value, got '" + kv + "'");
-      }
-      labels[kv.substr(0, eq)] = kv.substr(eq + 1);
-    }
-    targets["labels"] = labels;
-  }
-  json request{{"kind", kind}, {"args", args}, {"targets", targets}};
-  if (!fan.max_concurrency.empty()) request["max_concurrency"] = share_json(fan.max_concurrency);
-  if (!fan.max_errors.empty()) request["max_errors"] = share_json(fan.max_errors);
-  if (fan.deadline_s >= 0) request["deadline_s"] = fan.deadline_s;
-  deadlines.add_to(request);
-  TransportError e;
-  // Waiting: the answer without its rig list (3 MB for 20,000 rigs); the end has it.
-  const auto r = c.call("POST", wait ? "/v1/jobs?rigs=false" : "/v1/jobs", request.dump(), e);
-  if (!r) return unreachable(e);
-  if (r->status != 202) return api_error(*r, g);
-  json job = parse_json(r->body);
-  const std::string job_id = field_text(job, "job_id");
-  if (!g.json_output) {
-    std::cout << "job " << job_id << "\n";
-    std::cout.flush();
-  }
-  if (!wait) return print_job(g, job);
-  std::cerr << "job " << job_id << ": " << kind << " to " << field_text(job.value("counts", json::object()), "total")
-            << " rigs, deadline " << field_text(job, "deadline_at") << "\n";
-  if (const int rc = wait_job(c, g, job_id, timeout_s, job); rc != kOk) return rc;
-  print_job(g, job);
-  return finished_job_exit(job);
-}
-
-// fleetctl jobs [--state S] [--limit N]: the history, newest first.
-int cmd_jobs(ControlClient& c, const Globals& g, const std::string& state, long limit) {
-  std::string query;
-  if (!state.empty()) query += "state=" + c.escape(state);
-  if (limit > 0) query += std::string(query.empty() ? "" : "&") + "limit=" + std::to_string(limit);
-  TransportError e;
-  const auto r = c.call("GET", "/v1/jobs" + (query.empty() ? "" : "?" + query), {}, e);
-  if (!r) return unreachable(e);
-  if (r->status != 200) return api_error(*r, g);
-  if (g.json_output) {
-    print_raw(r->body);
-    return kOk;
-  }
-  const json body = parse_json(r->body);
-  if (body.is_discarded()) return fail(kFailed, "control API answered invalid JSON");
-  std::cout << jobs_table(body);
-  return kOk;
-}
-
-// fleetctl job JOB_ID [--wait]: counts and every rig; a finished job that did
-// not go well everywhere exits 1.
-int cmd_job(ControlClient& c, const Globals& g, const std::string& job_id, bool wait, double timeout_s) {
-  json job;
-  if (wait) {
-    if (const int rc = wait_job(c, g, job_id, timeout_s, job); rc != kOk) return rc;
-  } else {
-    TransportError e;
-    const auto r = c.call("GET", "/v1/jobs/" + c.escape(job_id), {}, e);
-    if (!r) return unreachable(e);
-    if (r->status != 200) return api_error(*r, g);
-    job = parse_json(r->body);
-    if (!job.is_object()) return fail(kFailed, "control API answered invalid JSON");
-  }
-  print_job(g, job);
-  return field_text(job, "state") == "running" ? kOk : finished_job_exit(job);
+int cmd_send_job(JobCli& cli, const FanOut& fan, const std::string& kind, const json& args,
+                 const CommandDeadlines& deadlines, bool wait, double timeout_s) {
+  JobSpec spec;
+  spec.kind = kind;
+  spec.args = args;
+  spec.glob = fan.rig_glob;
+  spec.labels = fan.labels;
+  spec.max_concurrency = fan.max_concurrency;
+  spec.max_errors = fan.max_errors;
+  spec.deadline_s = fan.deadline_s;
+  spec.deliver_within_s = deadlines.deliver_within_s;
+  spec.timeout_s = deadlines.timeout_s;
+  spec.hold = deadlines.hold;
+  return job_create(cli, spec, false, wait ? Follow::wait : Follow::no, timeout_s);
 }
 
 // The end of a followed command's output: its final state and exit code on
@@ -742,21 +604,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(positive);
 
-  auto* jobs = app.add_subcommand("jobs", "list jobs, newest first (the store's history)");
-  std::string job_state;
-  long job_limit = 0;
-  jobs->add_option("--state", job_state, "only jobs in this state (running, done, stopped, expired)");
-  jobs->add_option("--limit", job_limit, "at most this many (default 100, at most 1000)")
-      ->check(whole(1, 1000));
-
-  auto* job = app.add_subcommand("job", "show a job: its counts and every rig's outcome, state and error");
-  std::string job_id;
-  bool job_wait = false;
-  double job_timeout_s = 0;
-  job->add_option("JOB_ID", job_id, "job id (from send --rig-glob/--label, or fleetctl jobs)")->required();
-  job->add_flag("--wait", job_wait, "follow it to its end (its deadline bounds that); exit 1 unless every rig is ok");
-  job->add_option("--timeout", job_timeout_s, "seconds to wait with --wait (default: until it ends)")
-      ->check(positive);
+  JobCommands job_commands(app);
 
   auto* status = app.add_subcommand("status", "show a command's state and result");
   std::string cmd_id;
@@ -811,6 +659,7 @@ int main(int argc, char** argv) {
   }
 
   ControlClient client(g.control, g.token);
+  JobCli job_cli{client, g.json_output, fail, [&g](const HttpResult& r) { return api_error(r, g); }, unreachable};
   if (*rigs) return cmd_rigs(client, g, rigs_filter);
   if (*rig) return cmd_rig(client, g, rig_id);
   if (*send) {
@@ -821,15 +670,14 @@ int main(int argc, char** argv) {
         return fail(kUsage, "--idempotency-key and --cmd-id name one command, not a job's");
       json cmd_args;
       if (!build_args(lines, args, cmd_args)) return kUsage;
-      return cmd_send_job(client, g, fan, rig_id, cmd_args, deadlines, wait, timeout_s);
+      return cmd_send_job(job_cli, fan, rig_id, cmd_args, deadlines, wait, timeout_s);
     }
     if (kind.empty()) return fail(kUsage, "send needs RIG and KIND");
     if (!fan.max_concurrency.empty() || !fan.max_errors.empty() || fan.deadline_s >= 0)
       return fail(kUsage, "--max-concurrency, --max-errors and --deadline are for a job (--rig-glob/--label)");
     return cmd_send(client, g, rig_id, kind, lines, args, deadlines, wait, timeout_s);
   }
-  if (*jobs) return cmd_jobs(client, g, job_state, job_limit);
-  if (*job) return cmd_job(client, g, job_id, job_wait, job_timeout_s);
+  if (job_commands.given()) return job_commands.run(job_cli);
   if (*status) return cmd_status(client, g, cmd_id);
   if (*logs) return cmd_logs(client, g, cmd_id, logs_follow, logs_timeout_s);
   if (*cancel) return cmd_cancel(client, g, cmd_id);

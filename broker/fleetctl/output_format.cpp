@@ -220,6 +220,7 @@ namespace {
 
 constexpr const char* kOutcomes[] = {"pending", "dispatched", "ok", "failed", "refused", "skipped", "silent"};
 
+
 std::uint64_t count_of(const json& counts, const char* key) {
   return optional_ms(field(counts, key)).value_or(0);
 }
@@ -273,6 +274,7 @@ std::string job_summary(const json& job) {
   line("created_at:   ", text_of(field(job, "created_at")));
   line("deadline_at:  ", text_of(field(job, "deadline_at")) + " (" + text_of(field(job, "deadline_s")) + " s)");
   if (const json& at = field(job, "finished_at"); at.is_string()) line("finished_at:  ", text_of(at));
+  if (const json& at = field(job, "cancelled_at"); at.is_string()) line("cancelled_at: ", text_of(at));
   line("concurrency:  ", limit_text(job, "max_concurrency", "max_concurrency_given", "all at once", true));
   line("max_errors:   ", limit_text(job, "max_errors", "max_errors_given", "none (never stops)", false));
   const json& c = field(job, "counts");
@@ -284,16 +286,61 @@ std::string job_summary(const json& job) {
   return out;
 }
 
+namespace {
+
+// The first line of a string value ("-" for none).
+std::string first_line(const json& v) {
+  if (!v.is_string()) return "-";
+  const std::string& s = v.get_ref<const std::string&>();
+  const std::size_t end = s.find_first_of("\r\n");
+  std::string line = s.substr(0, end);
+  return line.empty() ? "-" : line;
+}
+
+}  // namespace
+
 std::string job_rigs_table(const json& job) {
   std::vector<std::vector<std::string>> rows;
   const json& rigs = field(job, "rigs");
   if (rigs.is_array()) {
     for (const json& r : rigs) {
+      // The first line of its output; without output, of why it ended so.
+      std::string line = first_line(field(r, "output_first_line"));
+      if (line == "-") line = first_line(field(r, "detail"));
       rows.push_back({text_of(field(r, "rig_id")), text_of(field(r, "cmd_id")), text_of(field(r, "outcome")),
-                      text_of(field(r, "state")), text_of(field(r, "error")), text_of(field(r, "detail"))});
+                      text_of(field(r, "state")), text_of(field(r, "error")), text_of(field(r, "exit_code")),
+                      line});
     }
   }
-  return render_table({"RIG", "CMD_ID", "OUTCOME", "STATE", "ERROR", "DETAIL"}, rows);
+  return render_table({"RIG", "CMD_ID", "OUTCOME", "STATE", "ERROR", "EXIT", "FIRST_LINE"}, rows);
+}
+
+std::string job_progress_line(const json& job) {
+  const json& c = field(job, "counts");
+  std::string out = text_of(field(job, "state"));
+  if (field(job, "cancelled_at").is_string() && out == "running") out = "cancelling";
+  out += ": done " + std::to_string(count_of(c, "ok"));
+  out += ", failed " + std::to_string(count_of(c, "failed"));
+  if (const std::uint64_t n = count_of(c, "refused"); n > 0) out += ", refused " + std::to_string(n);
+  out += ", running " + std::to_string(count_of(c, "dispatched"));
+  out += ", pending " + std::to_string(count_of(c, "pending"));
+  out += ", silent " + std::to_string(count_of(c, "silent"));
+  if (const std::uint64_t n = count_of(c, "skipped"); n > 0) out += ", skipped " + std::to_string(n);
+  out += " (of " + std::to_string(count_of(c, "total")) + ")";
+  return out;
+}
+
+std::string job_dry_run_text(const json& body) {
+  std::vector<std::vector<std::string>> rows;
+  const json& rigs = field(body, "rigs");
+  if (rigs.is_array()) {
+    for (const json& r : rigs) rows.push_back({text_of(field(r, "rig_id")), text_of(field(r, "state"))});
+  }
+  std::string out = "dry run: " + text_of(field(body, "kind")) + " would go to " + text_of(field(body, "count")) +
+                    " rigs (concurrency " + limit_text(body, "max_concurrency", "-", "all at once", true) +
+                    ", max_errors " + limit_text(body, "max_errors", "-", "none", false) + ", deadline " +
+                    text_of(field(body, "deadline_s")) + " s); nothing was sent\n";
+  return out + render_table({"RIG", "STATE"}, rows);
 }
 
 bool job_all_ok(const json& job) {

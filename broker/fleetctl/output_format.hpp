@@ -31,8 +31,18 @@ std::string jobs_table(const nlohmann::json& body);
 // GET /v1/jobs/{id} body -> key: value lines (state, deadline, limits, counts).
 std::string job_summary(const nlohmann::json& job);
 
-// The job's rigs -> RIG CMD_ID OUTCOME STATE ERROR DETAIL (in the job's order).
+// The job's rigs -> RIG CMD_ID OUTCOME STATE ERROR EXIT FIRST_LINE (in the job's
+// order): FIRST_LINE is the first line of the rig's output, or without output
+// of its detail (why it ended so, why it was not sent).
 std::string job_rigs_table(const nlohmann::json& job);
+
+// A job's progress on one line: "running: done 3, failed 1, running 10,
+// pending 26, silent 0 (of 40)" (refused and skipped when there are any;
+// "cancelling" while a cancelled job's commands end).
+std::string job_progress_line(const nlohmann::json& job);
+
+// POST /v1/jobs?dry_run=true body -> a line with the count and limits, then RIG STATE.
+std::string job_dry_run_text(const nlohmann::json& body);
 
 // Whether every rig of a finished job is ok (what `job --wait` exits 0 on).
 bool job_all_ok(const nlohmann::json& job);

@@ -1,14 +1,19 @@
-"""Jobs (POST /v1/jobs, GET /v1/jobs, GET /v1/jobs/{id}, fleetctl jobs / job /
-send --rig-glob) with a real broker and real agents: a job ends by its deadline
-with its frozen, offline and slow rigs listed silent; max_errors and
-max_concurrency as percentages; a broker killed with -9 mid-job and started
-again on the same state directory finishes the job, every rig's suite run once
-(a ground-truth file)."""
+"""Jobs (POST /v1/jobs, GET /v1/jobs, GET /v1/jobs/{id}, POST /v1/jobs/{id}/cancel,
+fleetctl job create|list|show|watch|cancel, jobs / job / send --rig-glob) with a
+real broker and real agents: a job ends by its deadline with its frozen, offline
+and slow rigs listed silent; max_errors and max_concurrency as percentages; a
+broker killed with -9 mid-job and started again on the same state directory
+finishes the job, every rig's suite run once (a ground-truth file); a dry run
+sends nothing; ten at a time over twelve rigs, watched to its end with each
+rig's exit code and first line; a cancelled job's long commands end cancelled,
+its pending rigs skipped, nothing more started (the agents' ground truth)."""
 import datetime
 import json
 import os
+import re
 import signal
 import subprocess
+import time
 import unittest
 
 import harness
@@ -237,6 +242,177 @@ class TestJobRestart(JobsTestCase):
         status, listed = again.api("GET", "/v1/jobs")
         self.assertEqual(status, 200, listed)
         self.assertEqual([(j["job_id"], j["state"]) for j in listed["jobs"]], [(job_id, "done")])
+
+
+def lines_of(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return f.read().split()
+
+
+class TestJobCli(JobsTestCase):
+    """fleetctl job create --dry-run / --max-concurrency 10 / watch / show / list / cancel."""
+
+    def setUp(self):
+        super().setUp()
+        self.started = self.lab.path("started.txt")
+        self.finished = self.lab.path("finished.txt")
+        self.events = self.lab.path("events.txt")  # +rig when a suite starts, -rig when it ends
+        self.broker = self.lab.broker()
+        self.rigs = [f"rig-{i:02d}" for i in range(1, 13)]
+        for rig in self.rigs:
+            suites = self.suites(f"suites-{rig}.json", {
+                # Ground truth: each run appends its rig to started.txt, and to finished.txt when it ends.
+                "quick": f"echo {rig} >> {self.started}; echo +{rig} >> {self.events}; sleep 0.3; "
+                         f"echo -{rig} >> {self.events}; echo {rig} >> {self.finished}; echo {rig} ok; echo more",
+                "long": f"echo {rig} >> {self.started}; sleep 60; echo {rig} >> {self.finished}",
+                "bad": "echo disk full; exit 3"})
+            self.lab.agent(rig, self.broker, suites=suites, label=["lab=b2" if rig <= "rig-06" else "lab=b3"])
+        self.broker.wait_rigs(self.rigs)
+
+    def test_dry_run_sends_nothing_and_shows_the_selection(self):
+        r = self.fleetctl(self.broker, "job", "create", "suite", "--arg", "suite=quick", "--label", "lab=b2",
+                          "--ids", "rig-01,rig-02,rig-99,rig-07", "--dry-run")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        # ids and labels both apply: rig-07 is lab=b3; rig-99 was never seen (kept: it would be refused).
+        self.assertIn("would go to 3 rigs", r.stdout)
+        self.assertRegex(r.stdout, r"rig-01\s+connected")
+        self.assertRegex(r.stdout, r"rig-02\s+connected")
+        self.assertRegex(r.stdout, r"rig-99\s+unknown")
+        self.assertNotIn("rig-07", r.stdout)
+        r = self.fleetctl(self.broker, "job", "create", "suite", "--glob", "rig-1*", "--dry-run", "--json")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        body = json.loads(r.stdout)
+        self.assertEqual(body["count"], 3)
+        self.assertEqual([x["rig_id"] for x in body["rigs"]], ["rig-10", "rig-11", "rig-12"])
+        r = self.fleetctl(self.broker, "job", "create", "suite", "--glob", "nothing-*", "--dry-run")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("would go to 0 rigs", r.stdout)
+        # Nothing was sent: no job, no command, no suite ran.
+        status, listed = self.broker.api("GET", "/v1/jobs")
+        self.assertEqual((status, listed["jobs"]), (200, []))
+        status, cmds = self.broker.api("GET", "/v1/commands")
+        self.assertEqual(status, 200, cmds)
+        self.assertEqual(cmds["commands"], [])
+        time.sleep(0.5)
+        self.assertEqual(lines_of(self.started), [])
+
+    def test_ten_at_a_time_watched_to_the_end_with_exit_codes_and_first_lines(self):
+        r = self.fleetctl(self.broker, "job", "create", "suite", "--arg", "suite=quick", "--glob", "rig-*",
+                          "--max-concurrency", "10", "--max-errors", "25%", "--deadline-s", "60")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertRegex(r.stdout.splitlines()[0], "^job " + UUID + "$")
+        job_id = r.stdout.splitlines()[0].split()[1]
+        # Ten in flight at once, two waiting for a slot.
+        self.assertIn("concurrency:  10\n", r.stdout)
+        self.assertIn("max_errors:   3 (25%)", r.stdout)
+        self.assertEqual(len(re.findall(r"^rig-\d\d\s+\S+\s+dispatched", r.stdout, re.M)), 10, r.stdout)
+        self.assertEqual(len(re.findall(r"^rig-1[12]\s+-\s+pending", r.stdout, re.M)), 2, r.stdout)
+
+        w = self.fleetctl(self.broker, "job", "watch", job_id)
+        self.assertEqual(w.returncode, 0, w.stdout + w.stderr)
+        progress = [line for line in w.stderr.splitlines() if line.startswith(f"job {job_id} ")]
+        self.assertGreaterEqual(len(progress), 1, w.stderr)
+        self.assertEqual(len(progress), len(set(progress)), "one line per change, not per poll")
+        self.assertTrue(progress[-1].endswith("done: done 12, failed 0, running 0, pending 0, silent 0 (of 12)"),
+                        progress)
+        self.assertIn("state:        done", w.stdout)
+        self.assertRegex(w.stdout, r"RIG\s+CMD_ID\s+OUTCOME\s+STATE\s+ERROR\s+EXIT\s+FIRST_LINE")
+        for rig in self.rigs:
+            self.assertRegex(w.stdout, rf"{rig}\s+{UUID}\s+ok\s+succeeded\s+-\s+0\s+{rig} ok\n")
+        # The agents' ground truth: every rig ran once, never more than ten at a time.
+        self.assertEqual(sorted(lines_of(self.started)), self.rigs)
+        self.assertEqual(sorted(lines_of(self.finished)), self.rigs)
+        at_once, most = 0, 0
+        for event in lines_of(self.events):
+            at_once += 1 if event.startswith("+") else -1
+            most = max(most, at_once)
+        self.assertLessEqual(most, 10)
+        self.assertGreater(most, 1)
+
+        job = self.job(self.broker, job_id)
+        self.assertEqual([(r["exit_code"], r["output_first_line"]) for r in job["rigs"]],
+                         [(0, f"{rig} ok") for rig in self.rigs])
+
+        # A failing job: the exit code and the output's first line, and watch exits 1.
+        r = self.fleetctl(self.broker, "job", "create", "suite", "--arg", "suite=bad", "--ids", "rig-01,rig-02",
+                          "--watch")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertRegex(r.stdout, r"rig-01\s+\S+\s+failed\s+failed\s+failed\s+3\s+disk full")
+        self.assertIn("2 failed", r.stderr)
+        bad_id = r.stdout.splitlines()[0].split()[1]
+        r = self.fleetctl(self.broker, "job", "show", bad_id)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertRegex(r.stdout, r"rig-02\s+\S+\s+failed\s+failed\s+failed\s+3\s+disk full")
+
+        # The list: newest first, one line each, filtered by state.
+        r = self.fleetctl(self.broker, "job", "list")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        rows = [line.split() for line in r.stdout.splitlines()[1:]]
+        self.assertEqual([row[0] for row in rows], [bad_id, job_id])
+        self.assertEqual(rows[1][:2], [job_id, "done"])
+        r = self.fleetctl(self.broker, "job", "list", "--state", "done")
+        self.assertEqual([line.split()[0] for line in r.stdout.splitlines()[1:]], [bad_id, job_id])
+        r = self.fleetctl(self.broker, "job", "list", "--state", "cancelled")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(r.stdout.splitlines()[1:], [])
+
+    def test_cancel_a_running_job_of_long_commands(self):
+        r = self.fleetctl(self.broker, "job", "create", "suite", "--arg", "suite=long", "--glob", "rig-0*",
+                          "--max-concurrency", "3", "--json")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        job = json.loads(r.stdout)
+        job_id = job["job_id"]
+        self.assertEqual(job["counts"], {"total": 9, "pending": 6, "dispatched": 3, "ok": 0, "failed": 0,
+                                         "refused": 0, "skipped": 0, "silent": 0})
+        running = [r for r in job["rigs"] if r["outcome"] == "dispatched"]
+        for rig in running:
+            self.broker.wait_command(rig["cmd_id"], ("acked", "running"))
+        harness.wait_for(lambda: len(lines_of(self.started)) == 3 or None, 10, what="three suites started")
+
+        c = self.fleetctl(self.broker, "job", "cancel", job_id)
+        self.assertEqual(c.returncode, 0, c.stdout + c.stderr)
+        self.assertIn(f"cancelled job {job_id}: nothing more is sent (6 rigs skipped), 3 commands in flight",
+                      c.stdout)
+        started = time.monotonic()
+        w = self.fleetctl(self.broker, "job", "watch", job_id, "--timeout", "20")
+        self.assertEqual(w.returncode, 1, w.stdout + w.stderr)  # not every rig ok
+        self.assertLess(time.monotonic() - started, 15, "the 60 s suites were not stopped")
+        self.assertIn("state:        cancelled", w.stdout)
+        self.assertIn("cancelled_at: ", w.stdout)
+        final = self.job(self.broker, job_id)
+        self.assertEqual(final["state"], "cancelled")
+        self.assertIsNotNone(final["finished_at"])
+        by_rig = {r["rig_id"]: r for r in final["rigs"]}
+        for rig in running:
+            got = by_rig[rig["rig_id"]]
+            self.assertEqual((got["outcome"], got["state"], got["error"]), ("failed", "cancelled", "cancelled"), got)
+            self.assertEqual(self.broker.command(rig["cmd_id"])["state"], "cancelled")
+        skipped = [r for r in final["rigs"] if r["outcome"] == "skipped"]
+        self.assertEqual(len(skipped), 6)
+        for r in skipped:
+            self.assertIsNone(r["cmd_id"])
+            self.assertIn("the job was cancelled", r["detail"])
+        self.assertRegex(w.stdout, r"rig-09\s+-\s+skipped\s+-\s+-\s+-\s+not sent: the job was cancelled")
+        # Nothing more was started, and the long suites never reached their end (the agents' ground truth).
+        time.sleep(1.5)
+        self.assertEqual(sorted(lines_of(self.started)), sorted(r["rig_id"] for r in running))
+        self.assertEqual(lines_of(self.finished), [])
+        status, cmds = self.broker.api("GET", f"/v1/commands?job={job_id}")
+        self.assertEqual(status, 200, cmds)
+        self.assertEqual(sorted(c["state"] for c in cmds["commands"]), ["cancelled"] * 3)
+
+        # Finished: a second cancel is refused; an unknown job is 404.
+        c = self.fleetctl(self.broker, "job", "cancel", job_id)
+        self.assertEqual(c.returncode, 1, c.stdout + c.stderr)
+        self.assertIn("is not running (state cancelled)", c.stderr)
+        status, body = self.broker.api("POST", f"/v1/jobs/{job_id}/cancel")
+        self.assertEqual((status, body["error"]), (409, "not_running"))
+        status, body = self.broker.api("POST", "/v1/jobs/01900000-0000-7000-8000-000000000000/cancel")
+        self.assertEqual((status, body["error"]), (404, "unknown_job"))
+        r = self.fleetctl(self.broker, "job", "list", "--state", "cancelled")
+        self.assertRegex(r.stdout, job_id + r"\s+cancelled\s+suite")
 
 
 if __name__ == "__main__":

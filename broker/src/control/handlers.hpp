@@ -29,6 +29,7 @@ HttpResponse post_job(const RouteContext& ctx);
 HttpResponse post_commands_job(const RouteContext& ctx);  // POST /v1/commands: answers with batch_id too
 HttpResponse get_jobs(const RouteContext& ctx);
 HttpResponse get_job(const RouteContext& ctx);
+HttpResponse post_job_cancel(const RouteContext& ctx);
 HttpResponse get_batch(const RouteContext& ctx);
 
 // routes_admin.cpp

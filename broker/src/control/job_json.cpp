@@ -10,7 +10,11 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-constexpr int kRecordVersion = 1;
+// 1: rigs [rig_id, outcome, cmd_id, state, error, detail].
+// 2: rigs [..., exit_code (or null), first line of output]; the head may have
+//    "cancelled_at_ms". Both are read; 2 is written.
+constexpr int kRecordVersion = 2;
+constexpr int kOldestRecordVersion = 1;
 
 json string_map_json(const StringMap& m) {
   json out = json::object();
@@ -64,6 +68,7 @@ std::string job_json_text(const Job& job, const Fleet* live, bool with_rigs, boo
   head["deadline_s"] = job.deadline_s;
   head["deadline_at"] = iso8601_utc_ms(job.deadline_at_ms);
   head["finished_at"] = iso8601_or_null(job.finished_at_ms);
+  head["cancelled_at"] = iso8601_or_null(job.cancelled_at_ms);
   head["max_concurrency"] = job.max_concurrency;
   head["max_concurrency_given"] = given_json(job.max_concurrency_given);
   head["max_errors"] = job.max_errors ? json(*job.max_errors) : json(nullptr);
@@ -98,6 +103,10 @@ std::string job_json_text(const Job& job, const Fleet* live, bool with_rigs, boo
     append_or_null(out, r.error);
     out += ",\"detail\":";
     append_or_null(out, r.detail);
+    out += ",\"exit_code\":";
+    out += r.exit_code ? std::to_string(*r.exit_code) : std::string("null");
+    out += ",\"output_first_line\":";
+    append_or_null(out, r.first_line);
     out += '}';
   }
   out += "]}";
@@ -114,6 +123,7 @@ JobRecord job_record(const Job& job) {
             {"deadline_s", job.deadline_s},
             {"deadline_at_ms", job.deadline_at_ms},
             {"finished_at_ms", job.finished_at_ms ? json(*job.finished_at_ms) : json(nullptr)},
+            {"cancelled_at_ms", job.cancelled_at_ms ? json(*job.cancelled_at_ms) : json(nullptr)},
             {"max_concurrency", job.max_concurrency},
             {"max_concurrency_given", job.max_concurrency_given ? json(job.max_concurrency_given->text()) : json(nullptr)},
             {"max_errors", job.max_errors ? json(*job.max_errors) : json(nullptr)},
@@ -149,6 +159,10 @@ JobRecord job_record(const Job& job) {
     append_json_value(out, r.error);
     out += ',';
     append_json_value(out, r.detail);
+    out += ',';
+    out += r.exit_code ? std::to_string(*r.exit_code) : std::string("null");
+    out += ',';
+    append_json_value(out, r.first_line);
     out += ']';
   }
   out += ']';
@@ -190,7 +204,8 @@ Expected<Job> job_from_record(const JobRecord& record, bool with_rigs) {
   if (head.is_discarded() || !head.is_object()) return malformed(record, "its head is not a JSON object");
   Job job;
   try {
-    if (head.at("v").get<int>() != kRecordVersion)
+    const int version = head.at("v").get<int>();
+    if (version < kOldestRecordVersion || version > kRecordVersion)
       return malformed(record, "version " + head.at("v").dump() + " is not known to this broker");
     job.job_id = head.at("job_id").get<std::string>();
     job.kind = head.at("kind").get<std::string>();
@@ -203,6 +218,8 @@ Expected<Job> job_from_record(const JobRecord& record, bool with_rigs) {
     job.deadline_s = head.at("deadline_s").get<std::uint32_t>();
     job.deadline_at_ms = head.at("deadline_at_ms").get<std::uint64_t>();
     if (!head.at("finished_at_ms").is_null()) job.finished_at_ms = head.at("finished_at_ms").get<std::uint64_t>();
+    if (const auto c = head.find("cancelled_at_ms"); c != head.end() && !c->is_null())
+      job.cancelled_at_ms = c->get<std::uint64_t>();
     job.max_concurrency = head.at("max_concurrency").get<std::size_t>();
     job.max_concurrency_given = optional_share(head, "max_concurrency_given");
     if (!head.at("max_errors").is_null()) job.max_errors = head.at("max_errors").get<std::size_t>();
@@ -222,7 +239,11 @@ Expected<Job> job_from_record(const JobRecord& record, bool with_rigs) {
     if (rigs.is_discarded() || !rigs.is_array()) return malformed(record, "its rigs are not a JSON array");
     job.rigs.reserve(rigs.size());
     for (const plain_json& row : rigs) {
-      if (!row.is_array() || row.size() != 6) return malformed(record, "a rig is not [rig_id, outcome, cmd_id, state, error, detail]");
+      const std::size_t width = version == 1 ? 6 : 8;
+      if (!row.is_array() || row.size() != width)
+        return malformed(record, version == 1 ? "a rig is not [rig_id, outcome, cmd_id, state, error, detail]"
+                                              : "a rig is not [rig_id, outcome, cmd_id, state, error, detail, "
+                                                "exit_code, first_line]");
       JobRig& r = job.rigs.emplace_back();
       r.rig_id = row[0].get<std::string>();
       const std::optional<JobRigOutcome> outcome = job_rig_outcome_from_string(row[1].get<std::string>());
@@ -235,6 +256,10 @@ Expected<Job> job_from_record(const JobRecord& record, bool with_rigs) {
       }
       r.error = row[4].get<std::string>();
       r.detail = row[5].get<std::string>();
+      if (width == 8) {
+        if (!row[6].is_null()) r.exit_code = row[6].get<std::int32_t>();
+        r.first_line = row[7].get<std::string>();
+      }
     }
     job.recount();
   } catch (const std::exception& e) {

@@ -3,8 +3,10 @@
 // keeps it (JobRecord.body). Pure.
 //
 // The record's body is two JSON lines: the head (every field but the rigs, with
-// times in Unix ms), then the rigs as arrays [rig_id, outcome, cmd_id, state,
-// error, detail] ("" for none). A listing reads the first line only: a
+// times in Unix ms, "v" its version), then the rigs as arrays [rig_id, outcome,
+// cmd_id, state, error, detail, exit_code, first_line] ("" or null for none).
+// Version 1 records (rigs without exit_code and first_line, no cancelled_at_ms)
+// are still read. A listing reads the first line only: a
 // fleet-wide job's rigs are 1.5 MB, its head a few hundred bytes.
 #include <string>
 

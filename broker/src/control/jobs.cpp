@@ -122,14 +122,27 @@ const char* to_string(JobState s) noexcept {
     case JobState::done: return "done";
     case JobState::stopped: return "stopped";
     case JobState::expired: return "expired";
+    case JobState::cancelled: return "cancelled";
   }
   return "unknown";
 }
 
 std::optional<JobState> job_state_from_string(std::string_view s) noexcept {
-  for (JobState st : {JobState::running, JobState::done, JobState::stopped, JobState::expired})
+  for (JobState st : {JobState::running, JobState::done, JobState::stopped, JobState::expired, JobState::cancelled})
     if (s == to_string(st)) return st;
   return std::nullopt;
+}
+
+std::string first_line_of(std::string_view text) {
+  const std::size_t end = text.find_first_of("\r\n");
+  std::string line = to_utf8_lossy(text.substr(0, std::min({end, text.size(), kJobFirstLineMax * 4})));
+  if (line.size() > kJobFirstLineMax) {
+    std::size_t cut = kJobFirstLineMax;
+    // Back to the start of a character: continuation bytes are 10xxxxxx.
+    while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80) --cut;
+    line.resize(cut);
+  }
+  return line;
 }
 
 // ---------------------------------------------------------------------------------
@@ -145,6 +158,7 @@ bool Job::finished() const noexcept {
 
 JobState Job::state() const noexcept {
   if (!finished()) return JobState::running;
+  if (cancelled_at_ms) return JobState::cancelled;  // the operator's decision, whatever came after it
   if (expired) return JobState::expired;
   return stopped ? JobState::stopped : JobState::done;
 }
@@ -189,7 +203,12 @@ bool glob_match(const std::string& glob, const std::string& rig_id) {
 using CommandSummary = JobCommandSummary;
 
 CommandSummary summary_of(const CommandView& c) {
-  CommandSummary s{c.cmd_id, c.state, c.detail};
+  CommandSummary s{c.cmd_id, c.state, c.detail, std::nullopt, {}};
+  if (c.result) {
+    s.exit_code = c.result->exit_code;
+    s.first_line = first_line_of(
+        std::string_view(reinterpret_cast<const char*>(c.result->output.data()), c.result->output.size()));
+  }
   if (!s.detail.empty() || c.state == CommandState::succeeded) return s;
   if (c.nack) {
     s.detail = std::string(fleetlink::to_string(c.nack->reason)) + ": " + c.nack->detail;
@@ -217,9 +236,13 @@ void settle(Job& job, JobRig& rig, const CommandSummary* cmd) {
     rig.state.reset();
     rig.error = "unknown";
     rig.detail = "the command is no longer in the broker's history";
+    rig.exit_code.reset();
+    rig.first_line.clear();
     return;
   }
   rig.state = cmd->state;
+  rig.exit_code = cmd->exit_code;
+  rig.first_line = cmd->first_line;
   if (cmd->state == CommandState::succeeded) {
     job.set_outcome(rig, JobRigOutcome::ok);
     rig.error.clear();
@@ -255,6 +278,19 @@ std::vector<std::string> JobTable::select(const Fleet& fleet, const JobTargets& 
   return out;
 }
 
+JobPreview JobTable::preview(const Fleet& fleet, const JobRequest& request) {
+  JobPreview out;
+  for (std::string& id : select(fleet, request.targets)) {
+    const std::optional<RigView> rig = fleet.rig(id);
+    out.rigs.push_back({std::move(id), rig ? rig->state : std::string("unknown")});
+  }
+  const std::size_t n = out.rigs.size();
+  out.max_concurrency = resolve_concurrency(request.max_concurrency, n);
+  if (request.max_errors) out.max_errors = request.max_errors->of(n);
+  out.deadline_s = request.deadline_s.value_or(default_job_deadline_s(request, n));
+  return out;
+}
+
 // ---------------------------------------------------------------------------------
 // the table
 
@@ -276,7 +312,7 @@ const Job& JobTable::start(Fleet& fleet, JobRequest request, std::vector<std::st
   job.created_at_ms = now_ms;
   job.deadline_at_ms = now_ms + std::uint64_t{job.deadline_s} * 1000;
   job.rigs.reserve(rig_ids.size());
-  for (std::string& id : rig_ids) job.rigs.push_back(JobRig{std::move(id), {}, JobRigOutcome::pending, {}, {}, {}});
+  for (std::string& id : rig_ids) job.rigs.emplace_back().rig_id = std::move(id);
   job.counts[index_of(JobRigOutcome::pending)] = job.rigs.size();
   auto [it, inserted] = jobs_.insert_or_assign(job_id, std::move(job));
   Job& j = it->second;
@@ -428,7 +464,7 @@ void JobTable::after_error(Job& job) {
 }
 
 void JobTable::dispatch(Fleet& fleet, Job& job) {
-  if (job.stopped || job.expired || job.expiring || job.dispatching) return;
+  if (job.stopped || job.expired || job.expiring || job.dispatching || job.cancelled_at_ms) return;
   // A draining broker refuses every command: its pending rigs wait for the broker
   // that resumes the job, instead of counting as errors.
   if (fleet.draining()) return;
@@ -476,6 +512,34 @@ void JobTable::dispatch(Fleet& fleet, Job& job) {
 }
 
 
+JobCancel JobTable::cancel(Fleet& fleet, std::string_view job_id, std::uint64_t now_ms) {
+  const auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return JobCancel::unknown;
+  Job& job = it->second;
+  if (job.finished_at_ms || job.expiring) return JobCancel::finished;
+  if (job.cancelled_at_ms) return JobCancel::cancelled;  // asked again: the same answer
+  job.cancelled_at_ms = now_ms;
+  const std::string why = "not sent: the job was cancelled (" + iso8601_utc_ms(now_ms) + ")";
+  std::vector<std::string> to_cancel;
+  for (JobRig& r : job.rigs) {
+    if (r.outcome == JobRigOutcome::pending) {
+      job.set_outcome(r, JobRigOutcome::skipped);
+      r.detail = why;
+    } else if (r.outcome == JobRigOutcome::dispatched && !r.cmd_id.empty()) {
+      // (A routed one without its cmd_id yet is cancelled when its owner answers: routed().)
+      to_cancel.push_back(r.cmd_id);
+    }
+  }
+  job.next_pending = job.rigs.size();
+  // The commands end with their rig's answer to CANCEL (or the fleet's cancel
+  // deadline); their ends settle the rigs through command_finished().
+  for (const std::string& cmd_id : to_cancel) fleet.cancel_routed(cmd_id, [](CancelOutcome) {});
+  Job& still = jobs_.find(job_id)->second;  // (an answer at once touches in_flight_, never jobs_)
+  changed(still, now_ms);
+  if (!still.finished_at_ms) save(still, now_ms);  // the record says cancelled at once
+  return JobCancel::cancelled;
+}
+
 void JobTable::routed(Fleet& fleet, const std::string& job_id, std::size_t index, Fleet::RoutedOutcome out) {
   const auto* ok = std::get_if<EnqueueOk>(&out.outcome);
   const auto* failure = std::get_if<EnqueueFailure>(&out.outcome);
@@ -499,6 +563,9 @@ void JobTable::routed(Fleet& fleet, const std::string& job_id, std::size_t index
   if (!cmd_id.empty()) {
     r->cmd_id = cmd_id;
     in_flight_[cmd_id] = {job, index};
+    // Cancelled while its owner broker had not answered: this one is cancelled too.
+    if (job->cancelled_at_ms && !(ok != nullptr && is_final(ok->state)))
+      fleet.cancel_routed(cmd_id, [](CancelOutcome) {});
     if (ok != nullptr && is_final(ok->state)) {
       (void)command_finished(fleet, cmd_id, now_ms);
       return;

@@ -106,7 +106,7 @@ enum class JobRigOutcome : std::uint8_t {
   ok,          // its command succeeded
   failed,      // its command ended otherwise (error: the final state)
   refused,     // the enqueue was refused (unknown rig, unsupported kind, ...)
-  skipped,     // never sent: the job stopped after too many errors, or reached its deadline
+  skipped,     // never sent: the job stopped after too many errors, reached its deadline, or was cancelled
   silent,      // its command was not acknowledged, or not answered, by the job's deadline
 };
 inline constexpr std::size_t kJobRigOutcomeCount = 7;
@@ -119,6 +119,7 @@ enum class JobState : std::uint8_t {
   done,     // every rig settled
   stopped,  // more than max_errors rigs failed: the rest were skipped
   expired,  // the deadline came first
+  cancelled,  // cancelled (POST /v1/jobs/{id}/cancel): nothing more was sent, its commands were cancelled
 };
 const char* to_string(JobState s) noexcept;
 std::optional<JobState> job_state_from_string(std::string_view s) noexcept;
@@ -130,7 +131,16 @@ struct JobRig {
   std::optional<CommandState> state;  // the command's, when its outcome was settled (dispatched: ask the fleet)
   std::string error;                  // failed: the final state; refused: the enqueue error; silent: never_acknowledged / never_answered
   std::string detail;
+  std::optional<std::int32_t> exit_code;  // settled, with a RESULT: the rig's exit code
+  std::string first_line;             // settled, with a RESULT: its output's first line (at most kJobFirstLineMax bytes)
 };
+
+// A rig's first line of output is cut to this many bytes (whole UTF-8 characters):
+// a fleet-wide job keeps one per rig, in memory and in its record.
+inline constexpr std::size_t kJobFirstLineMax = 160;
+// The first line of `text` (without its line end), at most kJobFirstLineMax
+// bytes, cut at a UTF-8 character boundary; "" if the output is empty.
+std::string first_line_of(std::string_view text);
 
 struct Job {
   std::string job_id;
@@ -152,6 +162,7 @@ struct Job {
   std::array<std::size_t, kJobRigOutcomeCount> counts{};
   bool stopped = false;                      // too many errors: nothing more is sent
   bool expired = false;                      // the deadline ended it
+  std::optional<std::uint64_t> cancelled_at_ms;  // cancelled: nothing more is sent, its commands are cancelled
   bool expiring = false;                     // the deadline passed; its commands' records are being read
   bool dispatching = false;                  // dispatch() is sending: an answer that comes now waits for it
   // Rigs before this index are not pending: dispatch walks forward, so a
@@ -179,6 +190,27 @@ struct JobCommandSummary {
   std::string cmd_id;
   CommandState state = CommandState::queued;
   std::string detail;
+  std::optional<std::int32_t> exit_code;  // it has a RESULT
+  std::string first_line;                 // first_line_of(its output)
+};
+
+// What a job would select, without creating it (POST /v1/jobs?dry_run=true).
+struct JobPreview {
+  struct Rig {
+    std::string rig_id;
+    std::string state;  // RigView::state ("connected", "offline", ...), or "unknown": never seen
+  };
+  std::vector<Rig> rigs;                 // sorted by rig id, as select() gives them
+  std::size_t max_concurrency = 0;       // resolved as start() would; 0: all at once
+  std::optional<std::size_t> max_errors; // resolved; unset: never stop
+  std::uint32_t deadline_s = 0;          // the request's, or default_job_deadline_s()
+};
+
+// What cancel() did.
+enum class JobCancel : std::uint8_t {
+  cancelled,  // the job is cancelled (it may still wait for its commands' ends)
+  unknown,    // not in this table (the store may have it: finished, or driven elsewhere)
+  finished,   // it had already finished (or its deadline is ending it now)
 };
 
 class JobTable {
@@ -204,6 +236,10 @@ class JobTable {
   // (plus listed ids never seen), sorted, without duplicates.
   static std::vector<std::string> select(const Fleet& fleet, const JobTargets& targets);
 
+  // The rigs the targets select, with their state, and the limits a job of
+  // them would have: what a dry run shows. Nothing is sent or recorded.
+  static JobPreview preview(const Fleet& fleet, const JobRequest& request);
+
   // Creates the job for `rig_ids`, sends the first wave and writes its record
   // (the caller's Fleet::persist() makes both durable).
   const Job& start(Fleet& fleet, JobRequest request, std::vector<std::string> rig_ids, std::string job_id,
@@ -224,6 +260,12 @@ class JobTable {
   // A command reached a final state: records its rig's outcome and sends to the
   // next rigs. False if it belongs to no job here.
   bool command_finished(Fleet& fleet, std::string_view cmd_id, std::uint64_t now_ms);
+
+  // Cancels a running job: nothing more is sent (its pending rigs are skipped),
+  // and every command of it not final is cancelled (Fleet::cancel_routed); the
+  // job ends `cancelled` once those have ended (at once if none is in flight).
+  // Its record is written now. The caller persists.
+  JobCancel cancel(Fleet& fleet, std::string_view job_id, std::uint64_t now_ms);
 
   // Ends the jobs whose deadline passed, reads back commands in flight (every
   // kJobReconcileIntervalMs) and writes the records due (kJobSaveIntervalMs).

@@ -29,6 +29,7 @@ constexpr Route kRoutes[] = {
     {"GET", "/v1/jobs", get_jobs},
     {"POST", "/v1/jobs", post_job},
     {"GET", "/v1/jobs/{job}", get_job},
+    {"POST", "/v1/jobs/{job}/cancel", post_job_cancel},
     {"GET", "/v1/batches/{batch}", get_batch},
 
     {"GET", "/v1/commands/{cmd}", get_command},

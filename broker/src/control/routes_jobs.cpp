@@ -1,6 +1,7 @@
-// POST /v1/jobs (one command to every rig the targets select), GET /v1/jobs
-// (history, from the store), GET /v1/jobs/{job}; and the older names of the
-// same: POST /v1/commands with targets, GET /v1/batches/{batch}.
+// POST /v1/jobs (one command to every rig the targets select; ?dry_run=true:
+// only which rigs), GET /v1/jobs (history, from the store), GET /v1/jobs/{job},
+// POST /v1/jobs/{job}/cancel; and the older names of the same: POST
+// /v1/commands with targets, GET /v1/batches/{batch}.
 #include <charconv>
 #include <string>
 #include <vector>
@@ -157,15 +158,51 @@ HttpResponse text_response(int status, std::string body) {
   return r;
 }
 
+// ?dry_run=true: the selection, nothing sent. False if the value is invalid.
+bool want_dry_run(const HttpRequest& req, bool& dry_run) {
+  const auto query = parse_query(req.query);
+  const auto it = query.find("dry_run");
+  dry_run = it != query.end() && it->second == "true";
+  return it == query.end() || it->second == "true" || it->second == "false";
+}
+
+// {"dry_run":true,"kind":...,"targets":{...},"count":n,"max_concurrency":..,
+//  "max_errors":..,"deadline_s":..,"rigs":[{"rig_id":..,"state":..},...]}
+HttpResponse dry_run_answer(const Fleet& fleet, const JobRequest& request) {
+  const JobPreview p = JobTable::preview(fleet, request);
+  json rigs = json::array();
+  for (const JobPreview::Rig& r : p.rigs) rigs.push_back(json{{"rig_id", r.rig_id}, {"state", r.state}});
+  json ids = json::array();
+  for (const std::string& id : request.targets.ids) ids.push_back(id);
+  json labels = json::object();
+  for (const auto& [k, v] : request.targets.labels) labels[k] = v;
+  json out{{"dry_run", true},
+           {"kind", request.kind},
+           {"targets", json{{"ids", std::move(ids)},
+                            {"glob", request.targets.glob.empty() ? json(nullptr) : json(request.targets.glob)},
+                            {"labels", std::move(labels)}}},
+           {"count", p.rigs.size()},
+           {"max_concurrency", p.max_concurrency},
+           {"max_errors", p.max_errors ? json(*p.max_errors) : json(nullptr)},
+           {"deadline_s", p.deadline_s},
+           {"rigs", std::move(rigs)}};
+  return json_response(200, out);
+}
+
 HttpResponse post_job_as(const RouteContext& ctx, bool batch_alias) {
   if (ctx.options.jobs == nullptr) return json_error(503, "unavailable", "jobs are not available on this listener");
   bool with_rigs = true;
   if (!want_rig_list(ctx.request, with_rigs)) return json_error(400, "bad_request", "\"rigs\" must be true or false");
+  bool dry_run = false;
+  if (!want_dry_run(ctx.request, dry_run))
+    return json_error(400, "bad_request", "\"dry_run\" must be true or false");
   HttpResponse error;
   const std::optional<json> body = parse_object_body(ctx.request, false, error);
   if (!body) return error;
   JobRequest request;
   if (!read_job_request(*body, request, error)) return error;
+  // Which rigs the targets select, with their state: nothing is sent or recorded.
+  if (dry_run) return dry_run_answer(ctx.fleet, request);
   if (ctx.fleet.draining()) {
     HttpResponse r = json_error(503, "draining", "broker " + ctx.fleet.broker_id() + " is draining");
     r.headers.emplace_back("Retry-After", "5");
@@ -233,7 +270,62 @@ HttpResponse get_job_as(const RouteContext& ctx, const std::string& job_id, bool
   return render(ctx.fleet, record);
 }
 
+// A job that is not in this broker's table, as the store has it: unknown (404),
+// finished (409 not_running), or running: another broker drives it (409 job_elsewhere).
+HttpResponse cancel_not_here(const std::string& job_id, const std::optional<JobRecord>& record) {
+  if (!record) return unknown_job(job_id, false);
+  Expected<Job> stored = job_from_record(*record, false);
+  if (!stored) return json_error(500, "bad_record", stored.error().detail);
+  if (record->finished)
+    return json_response(409, json{{"error", "not_running"},
+                                   {"job_id", job_id},
+                                   {"state", to_string(stored->state())},
+                                   {"detail", "the job has already finished"}});
+  return json_response(409, json{{"error", "job_elsewhere"},
+                                 {"job_id", job_id},
+                                 {"state", to_string(stored->state())},
+                                 {"detail", "the job is running, driven by another broker sharing this store: "
+                                            "cancel it through that broker's control API"}});
+}
+
 }  // namespace
+
+// 202 with the job (state "cancelled", or "running" with cancelled_at while its
+// commands end); 404 unknown; 409 not_running (finished) or job_elsewhere.
+HttpResponse post_job_cancel(const RouteContext& ctx) {
+  const std::string& job_id = ctx.params.get("job");
+  if (ctx.options.jobs == nullptr) return json_error(503, "unavailable", "jobs are not available on this listener");
+  switch (ctx.options.jobs->cancel(ctx.fleet, job_id, ctx.now_ms)) {
+    case JobCancel::cancelled: {
+      const Job* job = ctx.options.jobs->find(job_id);
+      (void)ctx.fleet.persist();
+      return text_response(202, job_json_text(*job, &ctx.fleet, true));
+    }
+    case JobCancel::finished: {
+      const Job* job = ctx.options.jobs->find(job_id);
+      return json_response(409, json{{"error", "not_running"},
+                                     {"job_id", job_id},
+                                     {"state", job != nullptr && job->finished() ? to_string(job->state()) : "expired"},
+                                     {"detail", job != nullptr && job->finished()
+                                                    ? "the job has already finished"
+                                                    : "the job is ending: its deadline passed"}});
+    }
+    case JobCancel::unknown:
+      break;
+  }
+  CommandStore* store = ctx.options.store;
+  if (store == nullptr) return unknown_job(job_id, false);
+  if (!store->answers_at_once()) {
+    HttpResponse r = json_error(503, "shutting_down", "the broker is shutting down");
+    r.deferred = [store, job_id](Fleet&, HttpResponse::Answer answer) {
+      store->find_job(job_id, [job_id, answer](std::optional<JobRecord> found) { answer(cancel_not_here(job_id, found)); });
+    };
+    return r;
+  }
+  std::optional<JobRecord> record;
+  store->find_job(job_id, [&](std::optional<JobRecord> found) { record = std::move(found); });
+  return cancel_not_here(job_id, record);
+}
 
 HttpResponse post_job(const RouteContext& ctx) { return post_job_as(ctx, false); }
 HttpResponse post_commands_job(const RouteContext& ctx) { return post_job_as(ctx, true); }
@@ -241,7 +333,7 @@ HttpResponse post_commands_job(const RouteContext& ctx) { return post_job_as(ctx
 HttpResponse get_job(const RouteContext& ctx) { return get_job_as(ctx, ctx.params.get("job"), false); }
 HttpResponse get_batch(const RouteContext& ctx) { return get_job_as(ctx, ctx.params.get("batch"), true); }
 
-// ?state=running|done|stopped|expired&since=<unix ms>&before=<job_id>&limit=<n>
+// ?state=running|done|stopped|expired|cancelled&since=<unix ms>&before=<job_id>&limit=<n>
 // (default 100, at most 1000), newest first; without rigs (GET /v1/jobs/{id} has them).
 HttpResponse get_jobs(const RouteContext& ctx) {
   const auto q = parse_query(ctx.request.query);
@@ -253,7 +345,7 @@ HttpResponse get_jobs(const RouteContext& ctx) {
     state = job_state_from_string(it->second);
     if (!state)
       return json_error(400, "bad_request",
-                        "unknown state '" + it->second.substr(0, 32) + "' (running, done, stopped, expired)");
+                        "unknown state '" + it->second.substr(0, 32) + "' (running, done, stopped, expired, cancelled)");
   }
   if (const auto it = q.find("since"); it != q.end() && !parse_count(it->second, since_ms))
     return json_error(400, "bad_request", "\"since\" must be Unix milliseconds");

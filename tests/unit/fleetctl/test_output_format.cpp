@@ -83,7 +83,8 @@ TEST_CASE("fleetctl: jobs table, job summary and its rigs") {
     "created_at":"t1","deadline_s":60,"deadline_at":"t9","finished_at":"t9","max_concurrency":2,
     "max_concurrency_given":"50%","max_errors":null,"max_errors_given":null,
     "counts":{"total":3,"pending":0,"dispatched":0,"ok":1,"failed":0,"refused":0,"skipped":1,"silent":1},
-    "rigs":[{"rig_id":"rig-a","outcome":"ok","cmd_id":"c1","state":"succeeded","error":null,"detail":null},
+    "rigs":[{"rig_id":"rig-a","outcome":"ok","cmd_id":"c1","state":"succeeded","error":null,"detail":null,
+             "exit_code":0,"output_first_line":"all good"},
             {"rig_id":"rig-b","outcome":"silent","cmd_id":"c2","state":"sent","error":"never_acknowledged",
              "detail":"no ACK"},
             {"rig_id":"rig-c","outcome":"skipped","cmd_id":null,"state":null,"error":null,"detail":"not sent"}]})");
@@ -95,15 +96,53 @@ TEST_CASE("fleetctl: jobs table, job summary and its rigs") {
   CHECK(s.find("concurrency:  2 (50%)\n") != std::string::npos);
   CHECK(s.find("max_errors:   none (never stops)\n") != std::string::npos);
   CHECK(s.find("rigs:         3 rigs, 1 ok, 1 skipped, 1 silent\n") != std::string::npos);
+  // FIRST_LINE: the output's first line, or without output the detail's.
   CHECK(fleetctl::job_rigs_table(job) ==
-        "RIG    CMD_ID  OUTCOME  STATE      ERROR               DETAIL\n"
-        "rig-a  c1      ok       succeeded  -                   -\n"
-        "rig-b  c2      silent   sent       never_acknowledged  no ACK\n"
-        "rig-c  -       skipped  -          -                   not sent\n");
+        "RIG    CMD_ID  OUTCOME  STATE      ERROR               EXIT  FIRST_LINE\n"
+        "rig-a  c1      ok       succeeded  -                   0     all good\n"
+        "rig-b  c2      silent   sent       never_acknowledged  -     no ACK\n"
+        "rig-c  -       skipped  -          -                   -     not sent\n");
   CHECK_FALSE(fleetctl::job_all_ok(job));
   const json fine = json::parse(R"({"state":"done","counts":{"total":2,"ok":2}})");
   CHECK(fleetctl::job_all_ok(fine));
   const json early = json::parse(R"({"state":"running","counts":{"total":2,"ok":2}})");
   CHECK_FALSE(fleetctl::job_all_ok(early));
   CHECK(fleetctl::jobs_table(json::object()).rfind("JOB_ID", 0) == 0);
+}
+
+TEST_CASE("fleetctl: a failed rig shows its exit code and the first line of its output, else of its detail") {
+  const json job = json::parse(R"({"rigs":[
+    {"rig_id":"r1","outcome":"failed","cmd_id":"c1","state":"failed","error":"failed","detail":"exit code 3",
+     "exit_code":3,"output_first_line":"disk full"},
+    {"rig_id":"r2","outcome":"failed","cmd_id":"c2","state":"cancelled","error":"cancelled",
+     "detail":"cancelled by the operator\nsecond line","exit_code":null,"output_first_line":null}]})");
+  CHECK(fleetctl::job_rigs_table(job) ==
+        "RIG  CMD_ID  OUTCOME  STATE      ERROR      EXIT  FIRST_LINE\n"
+        "r1   c1      failed   failed     failed     3     disk full\n"
+        "r2   c2      failed   cancelled  cancelled  -     cancelled by the operator\n");
+}
+
+TEST_CASE("fleetctl: a job's progress line, and a cancelled one's while its commands end") {
+  json job = json::parse(R"({"job_id":"j","state":"running","cancelled_at":null,
+    "counts":{"total":40,"pending":26,"dispatched":10,"ok":3,"failed":1,"refused":0,"skipped":0,"silent":0}})");
+  CHECK(fleetctl::job_progress_line(job) == "running: done 3, failed 1, running 10, pending 26, silent 0 (of 40)");
+  job["cancelled_at"] = "t";
+  job["counts"]["skipped"] = 26;
+  job["counts"]["pending"] = 0;
+  job["counts"]["refused"] = 2;
+  CHECK(fleetctl::job_progress_line(job) ==
+        "cancelling: done 3, failed 1, refused 2, running 10, pending 0, silent 0, skipped 26 (of 40)");
+  job["state"] = "cancelled";
+  CHECK(fleetctl::job_progress_line(job).rfind("cancelled: done 3", 0) == 0);
+}
+
+TEST_CASE("fleetctl: a dry run's selection: the count, the limits, every rig with its state") {
+  const json body = json::parse(R"({"dry_run":true,"kind":"suite","count":2,"max_concurrency":1,
+    "max_errors":null,"deadline_s":70,
+    "rigs":[{"rig_id":"rig-1","state":"connected"},{"rig_id":"rig-9","state":"unknown"}]})");
+  CHECK(fleetctl::job_dry_run_text(body) ==
+        "dry run: suite would go to 2 rigs (concurrency 1, max_errors none, deadline 70 s); nothing was sent\n"
+        "RIG    STATE\n"
+        "rig-1  connected\n"
+        "rig-9  unknown\n");
 }

@@ -298,3 +298,88 @@ TEST_CASE("jobs api: without a durable store the history is what memory holds") 
   REQUIRE(list["jobs"].size() == 1);
   CHECK(list["jobs"][0]["job_id"] == a);
 }
+
+TEST_CASE("jobs api: POST /v1/jobs?dry_run=true answers the selection and creates nothing") {
+  Fixture f;
+  f.fleet.rig_map["rig-2"].state = "offline";
+  HttpResponse r = f.call("POST", "/v1/jobs?dry_run=true",
+                          R"({"kind":"dmesg","targets":{"ids":["rig-2","rig-1","rig-9"]},"max_concurrency":"50%"})");
+  REQUIRE(r.status == 200);
+  const ordered j = body_of(r);
+  CHECK(j["dry_run"] == true);
+  CHECK(j["kind"] == "dmesg");
+  CHECK(j["count"] == 3);
+  CHECK(j["max_concurrency"] == 1);
+  CHECK(j["max_errors"].is_null());
+  CHECK(j["deadline_s"].is_number_unsigned());
+  REQUIRE(j["rigs"].size() == 3);
+  CHECK(j["rigs"][0] == ordered{{"rig_id", "rig-1"}, {"state", "connected"}});
+  CHECK(j["rigs"][1] == ordered{{"rig_id", "rig-2"}, {"state", "offline"}});
+  CHECK(j["rigs"][2] == ordered{{"rig_id", "rig-9"}, {"state", "unknown"}});
+  CHECK_FALSE(j.contains("job_id"));
+  // Nothing sent, recorded, or persisted.
+  CHECK(f.fleet.enqueued.empty());
+  CHECK(f.store.jobs.empty());
+  CHECK(f.fleet.persisted == 0);
+  CHECK(f.jobs.running() == 0);
+  // No match: an empty selection (a real POST would answer 422); malformed requests still refused.
+  const ordered none = body_of(f.call("POST", "/v1/jobs?dry_run=true", R"({"kind":"dmesg","targets":{"glob":"x*"}})"));
+  CHECK(none["count"] == 0);
+  CHECK(f.call("POST", "/v1/jobs?dry_run=true", R"({"kind":"dmesg"})").status == 400);
+  CHECK(f.call("POST", "/v1/jobs?dry_run=maybe", R"({"kind":"dmesg","targets":{"glob":"*"}})").status == 400);
+  // dry_run=false is a real job.
+  CHECK(f.call("POST", "/v1/jobs?dry_run=false", R"({"kind":"dmesg","targets":{"glob":"*"}})").status == 202);
+  CHECK(f.fleet.enqueued.size() == 2);
+}
+
+TEST_CASE("jobs api: POST /v1/jobs/{id}/cancel: 202 with the job, 404 unknown, 409 finished or elsewhere") {
+  Fixture f;
+  const ordered created =
+      body_of(f.call("POST", "/v1/jobs", R"({"kind":"dmesg","targets":{"glob":"rig-*"},"max_concurrency":1})"));
+  const std::string id = created["job_id"];
+  const std::string cmd = created["rigs"][0]["cmd_id"];
+  f.fleet.commands[cmd].cmd_id = cmd;
+  f.fleet.commands[cmd].state = CommandState::running;
+  const std::size_t persisted = f.fleet.persisted;
+  HttpResponse r = f.call("POST", "/v1/jobs/" + id + "/cancel");
+  REQUIRE(r.status == 202);
+  ordered j = body_of(r);
+  CHECK(fleetlink::broker::dump_json(j) == r.body);
+  CHECK(j["job_id"] == id);
+  CHECK(j["state"] == "running");  // its command is being cancelled
+  CHECK(j["cancelled_at"].is_string());
+  CHECK(j["rigs"][1]["outcome"] == "skipped");
+  CHECK(j["rigs"][0]["state"] == "running");
+  CHECK(f.fleet.cancelled == std::vector<std::string>{cmd});
+  CHECK(f.fleet.persisted == persisted + 1);
+  f.fleet.commands[cmd].state = CommandState::cancelled;
+  f.jobs.command_finished(f.fleet, cmd, kNow + 1);
+  CHECK(body_of(f.call("GET", "/v1/jobs/" + id))["state"] == "cancelled");
+  CHECK(body_of(f.call("GET", "/v1/jobs?state=cancelled"))["jobs"].size() == 1);
+  r = f.call("POST", "/v1/jobs/" + id + "/cancel");
+  CHECK(r.status == 409);
+  CHECK(body_of(r)["error"] == "not_running");
+  CHECK(body_of(r)["state"] == "cancelled");
+  r = f.call("POST", "/v1/jobs/01900000-0000-7000-8000-000000000000/cancel");
+  CHECK(r.status == 404);
+  CHECK(body_of(r)["error"] == "unknown_job");
+  CHECK(f.call("GET", "/v1/jobs/" + id + "/cancel").status == 405);
+
+  // Not in this broker's table, and the store says it runs: another broker drives it.
+  fleetlink::broker::JobRecord elsewhere = f.store.jobs.at(id);
+  elsewhere.job_id = "job-other";
+  elsewhere.finished = false;
+  f.store.jobs["job-other"] = elsewhere;
+  r = f.call("POST", "/v1/jobs/job-other/cancel");
+  CHECK(r.status == 409);
+  CHECK(body_of(r)["error"] == "job_elsewhere");
+  CHECK(body_of(r)["detail"].get<std::string>().find("another broker") != std::string::npos);
+  // Finished, and no longer in memory: the store says so.
+  fleetlink::broker::JobRecord done = elsewhere;
+  done.job_id = "job-old";
+  done.finished = true;
+  f.store.jobs["job-old"] = done;
+  r = f.call("POST", "/v1/jobs/job-old/cancel");
+  CHECK(r.status == 409);
+  CHECK(body_of(r)["error"] == "not_running");
+}

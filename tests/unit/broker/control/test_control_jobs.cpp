@@ -1,6 +1,7 @@
 // Fan-out jobs: target selection, concurrency, max_errors (numbers and shares),
 // every rig outcome, the deadline, the record and a job resumed from it
-// (pure, FakeFleet and FakeJobStore).
+// (pure, FakeFleet and FakeJobStore); cancel, exit codes and first lines, a dry
+// run's preview, and a version-1 record.
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
@@ -20,6 +21,7 @@ using fleetlink::broker::job_from_record;
 using fleetlink::broker::job_json_text;
 using fleetlink::broker::job_record;
 using fleetlink::broker::JobRecord;
+using fleetlink::broker::JobCancel;
 using fleetlink::broker::JobRequest;
 using fleetlink::broker::JobRigOutcome;
 using fleetlink::broker::JobState;
@@ -550,4 +552,217 @@ TEST_CASE("jobs: finished jobs beyond the history are forgotten, running ones ne
   std::vector<std::string> order;
   table.for_each_newest_first([&](const Job& j) { order.push_back(j.job_id); });
   CHECK(order == std::vector<std::string>{"j5", "j2", "j1"});
+}
+
+TEST_CASE("jobs: cancel skips the pending rigs, cancels the commands in flight, ends cancelled") {
+  FakeFleet f = fleet_of({{"a", "x"}, {"b", "x"}, {"c", "x"}, {"d", "x"}});
+  FakeJobStore store;
+  JobTable table(&store);
+  JobRequest req = request("suite");
+  req.max_concurrency = RigShare{2, 0, false};
+  const Job& j = table.start(f, req, {"a", "b", "c", "d"}, "job-c", kT0);
+  set_state(f, j.rigs[0].cmd_id, CommandState::running);
+  set_state(f, j.rigs[1].cmd_id, CommandState::acked);
+  CHECK(table.cancel(f, "nope", kT0 + 1) == JobCancel::unknown);
+  CHECK(table.cancel(f, "job-c", kT0 + 1000) == JobCancel::cancelled);
+  CHECK(outcomes(j) == std::vector{O::dispatched, O::dispatched, O::skipped, O::skipped});
+  CHECK(j.rigs[2].detail.find("the job was cancelled") != std::string::npos);
+  CHECK(j.rigs[3].cmd_id.empty());
+  CHECK(f.cancelled == std::vector<std::string>{j.rigs[0].cmd_id, j.rigs[1].cmd_id});
+  CHECK(j.cancelled_at_ms == kT0 + 1000);
+  CHECK(j.state() == JobState::running);  // until its commands have ended
+  // Saved at once: the record says it was cancelled.
+  REQUIRE(store.jobs.count("job-c") == 1);
+  const auto saved = job_from_record(store.jobs.at("job-c"), true);
+  REQUIRE(saved);
+  CHECK(saved->cancelled_at_ms == kT0 + 1000);
+  // Asked again while it ends: the same answer, nothing sent twice.
+  CHECK(table.cancel(f, "job-c", kT0 + 1500) == JobCancel::cancelled);
+  CHECK(f.cancelled.size() == 2);
+  // A command's end starts nothing more.
+  set_state(f, j.rigs[0].cmd_id, CommandState::cancelled, "cancelled by the operator");
+  table.command_finished(f, j.rigs[0].cmd_id, kT0 + 2000);
+  CHECK(f.enqueued.size() == 2);
+  CHECK(j.state() == JobState::running);
+  set_state(f, j.rigs[1].cmd_id, CommandState::cancelled);
+  table.command_finished(f, j.rigs[1].cmd_id, kT0 + 3000);
+  CHECK(outcomes(j) == std::vector{O::failed, O::failed, O::skipped, O::skipped});
+  CHECK(j.rigs[0].error == "cancelled");
+  CHECK(j.rigs[0].state == CommandState::cancelled);
+  CHECK(j.state() == JobState::cancelled);
+  CHECK(j.finished_at_ms == kT0 + 3000);
+  CHECK(f.enqueued.size() == 2);
+  CHECK(table.running() == 0);
+  // Finished: nothing to cancel.
+  CHECK(table.cancel(f, "job-c", kT0 + 4000) == JobCancel::finished);
+  // The record reads back cancelled, and the state's name goes both ways.
+  const auto final_rec = job_from_record(store.jobs.at("job-c"), true);
+  REQUIRE(final_rec);
+  CHECK(final_rec->state() == JobState::cancelled);
+  CHECK(std::string(to_string(JobState::cancelled)) == "cancelled");
+  CHECK(fleetlink::broker::job_state_from_string("cancelled") == JobState::cancelled);
+  const auto api = nlohmann::ordered_json::parse(job_json_text(j, nullptr, false));
+  CHECK(api["state"] == "cancelled");
+  CHECK(api["cancelled_at"] == "2027-01-15T08:00:01.000Z");
+}
+
+TEST_CASE("jobs: a job cancelled with nothing in flight ends at once; a finished one cannot be cancelled") {
+  FakeFleet f = fleet_of({{"a", "x"}, {"b", "x"}});
+  JobTable table;
+  JobRequest req = request("suite");
+  req.max_concurrency = RigShare{1, 0, false};
+  const Job& j = table.start(f, req, {"a", "b"}, "job-1", kT0);
+  set_state(f, j.rigs[0].cmd_id, CommandState::succeeded);
+  table.command_finished(f, j.rigs[0].cmd_id, kT0 + 1);
+  set_state(f, j.rigs[1].cmd_id, CommandState::succeeded);  // its event has not arrived yet
+  CHECK(table.cancel(f, "job-1", kT0 + 2) == JobCancel::cancelled);
+  CHECK(f.cancelled.empty());  // the fleet said it was final: nothing to cancel
+  table.command_finished(f, j.rigs[1].cmd_id, kT0 + 3);
+  CHECK(j.state() == JobState::cancelled);  // the operator cancelled it, even if every rig ended ok
+
+  const Job& k = table.start(f, request("dmesg"), {"zz-never-seen"}, "job-2", kT0);
+  CHECK(k.state() == JobState::done);  // refused: finished at once
+  CHECK(table.cancel(f, "job-2", kT0 + 1) == JobCancel::finished);
+
+  // A deadline that is being read back (expiring): too late to cancel.
+  JobRequest slow = request("suite");
+  slow.deadline_s = 5;
+  FakeFleet later = fleet_of({{"a", "x"}});
+  later.later = true;
+  JobTable t2;
+  const Job& e = t2.start(later, slow, {"a"}, "job-3", kT0);
+  t2.tick(later, kT0 + 5000);
+  CHECK(e.expiring);
+  CHECK(t2.cancel(later, "job-3", kT0 + 5001) == JobCancel::finished);
+}
+
+TEST_CASE("jobs: a settled rig keeps its exit code and the first line of its output") {
+  FakeFleet f = fleet_of({{"a", "x"}, {"b", "x"}, {"c", "x"}});
+  JobTable table;
+  const Job& j = table.start(f, request("suite"), {"a", "b", "c"}, "job-x", kT0);
+  auto result = [&](std::size_t i, CommandState st, std::int32_t code, std::string out) {
+    set_state(f, j.rigs[i].cmd_id, st);
+    fleetlink::msg::Result r;
+    r.cmd_id = j.rigs[i].cmd_id;
+    r.exit_code = code;
+    r.output.assign(out.begin(), out.end());
+    f.commands[j.rigs[i].cmd_id].result = r;
+  };
+  result(0, CommandState::succeeded, 0, "all good\nsecond line\n");
+  result(1, CommandState::failed, 3, "\xff" "disk full\r\nmore");
+  set_state(f, j.rigs[2].cmd_id, CommandState::undeliverable, "never acknowledged");  // no RESULT
+  for (std::size_t i = 0; i < 3; ++i) table.command_finished(f, j.rigs[i].cmd_id, kT0 + 1);
+  CHECK(j.rigs[0].exit_code == 0);
+  CHECK(j.rigs[0].first_line == "all good");
+  CHECK(j.rigs[1].exit_code == 3);
+  CHECK(j.rigs[1].first_line == "\xef\xbf\xbd" "disk full");  // invalid UTF-8 replaced
+  CHECK(j.rigs[1].detail == "exit code 3");
+  CHECK_FALSE(j.rigs[2].exit_code.has_value());
+  CHECK(j.rigs[2].first_line.empty());
+  // In the API's JSON, and through the record.
+  const auto api = nlohmann::json::parse(job_json_text(j, nullptr, true));
+  CHECK(api["rigs"][0]["exit_code"] == 0);
+  CHECK(api["rigs"][0]["output_first_line"] == "all good");
+  CHECK(api["rigs"][1]["exit_code"] == 3);
+  CHECK(api["rigs"][2]["exit_code"].is_null());
+  CHECK(api["rigs"][2]["output_first_line"].is_null());
+  const auto back = job_from_record(job_record(j), true);
+  REQUIRE(back);
+  CHECK(back->rigs[1].exit_code == 3);
+  CHECK(back->rigs[1].first_line == j.rigs[1].first_line);
+  CHECK_FALSE(back->rigs[2].exit_code.has_value());
+  CHECK(job_json_text(*back, nullptr, true) == job_json_text(j, nullptr, true));
+}
+
+TEST_CASE("jobs: a first line is cut to kJobFirstLineMax bytes, at a character's start") {
+  using fleetlink::broker::first_line_of;
+  using fleetlink::broker::kJobFirstLineMax;
+  CHECK(first_line_of("") == "");
+  CHECK(first_line_of("\nsecond") == "");
+  CHECK(first_line_of("one\r\ntwo") == "one");
+  const std::string wide(kJobFirstLineMax + 50, 'x');
+  CHECK(first_line_of(wide).size() == kJobFirstLineMax);
+  // 'e' + U+00E9 (2 bytes) repeated: the cut never splits a character.
+  std::string accents = "e";
+  while (accents.size() < kJobFirstLineMax + 10) accents += "\xc3\xa9";
+  const std::string cut = first_line_of(accents);
+  CHECK(cut.size() <= kJobFirstLineMax);
+  CHECK(cut.size() >= kJobFirstLineMax - 1);
+  CHECK((static_cast<unsigned char>(cut.back()) & 0xC0) != 0xC0);  // not a lead byte left alone
+  CHECK(nlohmann::json::parse(nlohmann::json(cut).dump()) == cut);  // valid UTF-8
+}
+
+TEST_CASE("jobs: a dry run's preview: the selection with each rig's state, the limits a job would have") {
+  FakeFleet f = fleet_of({{"rig-1", "b2"}, {"rig-2", "b2"}, {"rig-3", "b3"}});
+  f.rig_map["rig-2"].state = "offline";
+  JobRequest req = request("suite");
+  req.targets.ids = {"rig-2", "rig-1", "rig-9"};
+  req.max_concurrency = share("50%");
+  req.max_errors = share("1");
+  const auto p = JobTable::preview(f, req);
+  REQUIRE(p.rigs.size() == 3);
+  CHECK(p.rigs[0].rig_id == "rig-1");
+  CHECK(p.rigs[0].state == "connected");
+  CHECK(p.rigs[1].state == "offline");
+  CHECK(p.rigs[2].rig_id == "rig-9");
+  CHECK(p.rigs[2].state == "unknown");
+  CHECK(p.max_concurrency == 1);
+  CHECK(p.max_errors == 1);
+  CHECK(p.deadline_s == default_job_deadline_s(req, 3));
+  CHECK(f.enqueued.empty());  // nothing sent
+  JobRequest labels = request("dmesg");
+  labels.targets.labels = {{"lab", "b3"}};
+  labels.deadline_s = 9;
+  const auto q = JobTable::preview(f, labels);
+  REQUIRE(q.rigs.size() == 1);
+  CHECK(q.rigs[0].rig_id == "rig-3");
+  CHECK(q.deadline_s == 9);
+  CHECK(JobTable::preview(f, request("dmesg")).rigs.empty());
+}
+
+TEST_CASE("jobs: a version-1 record (before exit codes and cancel) still loads, and resumes") {
+  // As a broker of version 1 wrote it: rigs of six fields, no cancelled_at_ms.
+  JobRecord old;
+  old.job_id = "job-v1";
+  old.created_at_ms = kT0;
+  old.finished = false;
+  old.body =
+      R"({"v":1,"job_id":"job-v1","kind":"suite","args":{"suite":"s"},"targets":{"ids":[],"glob":"*","labels":{}},)"
+      R"("created_at_ms":1800000000000,"deadline_s":600,"deadline_at_ms":1800000600000,"finished_at_ms":null,)"
+      R"("max_concurrency":1,"max_concurrency_given":"1","max_errors":null,"max_errors_given":null,)"
+      R"("deliver_within_s":null,"timeout_s":null,"hold":false,"state":"running","stopped":false,"expired":false,)"
+      R"("counts":{"total":2,"pending":1,"dispatched":0,"ok":1,"failed":0,"refused":0,"skipped":0,"silent":0}})"
+      "\n"
+      R"([["a","ok","cmd-a","succeeded","",""],["b","pending","","","",""]])";
+  const auto head = job_from_record(old, false);
+  REQUIRE(head);
+  CHECK(head->count(O::ok) == 1);
+  CHECK_FALSE(head->cancelled_at_ms.has_value());
+  const auto full = job_from_record(old, true);
+  REQUIRE(full);
+  REQUIRE(full->rigs.size() == 2);
+  CHECK(full->rigs[0].outcome == O::ok);
+  CHECK(full->rigs[0].state == CommandState::succeeded);
+  CHECK_FALSE(full->rigs[0].exit_code.has_value());
+  CHECK(full->rigs[0].first_line.empty());
+  CHECK(full->state() == JobState::running);
+  // A version-1 row with eight fields, or a version-2 row with six, is malformed.
+  JobRecord mixed = old;
+  mixed.body.replace(mixed.body.find("\"v\":1"), 5, "\"v\":2");
+  CHECK_FALSE(job_from_record(mixed, true));
+  JobRecord future = old;
+  future.body.replace(future.body.find("\"v\":1"), 5, "\"v\":3");
+  CHECK_FALSE(job_from_record(future, false));
+  // It resumes, and is written back as version 2.
+  FakeFleet f = fleet_of({{"a", "x"}, {"b", "x"}});
+  set_state(f, "cmd-a", CommandState::succeeded);
+  f.commands["cmd-a"].rig_id = "a";
+  f.commands["cmd-a"].job_id = "job-v1";
+  FakeJobStore store;
+  JobTable table(&store);
+  const auto resumed = table.resume(f, old, kT0 + 1000);
+  REQUIRE(resumed);
+  CHECK(outcomes(**resumed) == std::vector{O::ok, O::dispatched});
+  REQUIRE(store.jobs.count("job-v1") == 1);
+  CHECK(store.jobs.at("job-v1").body.rfind(R"({"v":2,)", 0) == 0);
 }
