@@ -166,6 +166,7 @@ HttpResponse post_job_as(const RouteContext& ctx, bool batch_alias) {
   if (!body) return error;
   JobRequest request;
   if (!read_job_request(*body, request, error)) return error;
+  request.operator_name = ctx.caller.name;
   if (ctx.fleet.draining()) {
     HttpResponse r = json_error(503, "draining", "broker " + ctx.fleet.broker_id() + " is draining");
     r.headers.emplace_back("Retry-After", "5");
