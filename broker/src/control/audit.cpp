@@ -43,6 +43,14 @@ std::string audit_value(std::string_view v) {
   return out;
 }
 
+std::string audit_peer(std::string_view p) {
+  constexpr std::string_view kMapped = "::ffff:";
+  if (p.size() > kMapped.size() && p.substr(0, kMapped.size()) == kMapped &&
+      p.find('.', kMapped.size()) != std::string_view::npos)
+    p.remove_prefix(kMapped.size());
+  return std::string(p);
+}
+
 std::string audit_line(const AuditEntry& e) {
   const bool known = e.caller != nullptr && e.caller->authenticated;
   std::string line = "time=" + iso8601_utc_ms(e.at_ms);

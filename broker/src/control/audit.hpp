@@ -38,6 +38,10 @@ std::string audit_line(const AuditEntry& e);
 // \" \\ and \xNN escapes) when it holds a space, a quote, a backslash, '=' or a control byte.
 std::string audit_value(std::string_view v);
 
+// A peer as lws gives it, an IPv4 client of a dual-stack socket as plain IPv4
+// ("::ffff:127.0.0.1" -> "127.0.0.1").
+std::string audit_peer(std::string_view lws_peer);
+
 // result= of an HTTP answer: its JSON body's "error", else its "cmd_id", "job_id"
 // or "batch_id", else "-".
 std::string audit_result_of_body(std::string_view body);

@@ -48,7 +48,7 @@ void audit_answer(ControlState* state, const AuditContext* audit, const HttpResp
 std::string peer_address(lws* wsi) {
   char buf[64] = {};
   const char* p = lws_get_peer_simple(wsi, buf, sizeof buf);
-  return p != nullptr ? std::string(p) : std::string();
+  return p != nullptr ? audit_peer(p) : std::string();
 }
 
 // The query string, re-joined from lws's per-argument fragments.

@@ -254,6 +254,9 @@ fleetlink::Expected<lws_vhost*> create_control_vhost(lws_context* context,
                    LWS_SERVER_OPTION_DISABLE_OS_CA_CERTS;
     info.ssl_cert_filepath = state->options.tls_cert.c_str();
     info.ssl_private_key_filepath = state->options.tls_key.c_str();
+    // HTTP/1.1 only: the transports write HTTP/1.1 answers themselves (control_http.cpp),
+    // and a client offered h2 by ALPN (curl does) would get none it can read.
+    info.alpn = "http/1.1";
   }
 
   lws_vhost* vhost = lws_create_vhost(context, &info);

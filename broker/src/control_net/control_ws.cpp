@@ -264,7 +264,7 @@ int on_established(lws* wsi, StreamPerSession* pss) {
   if (state->options.audit != nullptr) {
     char buf[64] = {};
     const char* p = lws_get_peer_simple(wsi, buf, sizeof buf);
-    s->peer = p != nullptr ? p : "";
+    s->peer = p != nullptr ? audit_peer(p) : std::string();
   }
   pss->session = s;
   state->sessions.insert(s);
