@@ -509,7 +509,7 @@ ConfigReport validate(const BrokerConfig& cfg) {
                          "to run it open on purpose");
   }
   if (cfg.control_cert.empty() != cfg.control_key.empty())
-    err(cfg.control_cert.empty() ? "control-key" : "control-cert",
+    err(cfg.control_key.empty() ? "control-key" : "control-cert",  // the one missing
         "control-cert and control-key go together (the control listener's HTTPS certificate and its key)");
   return r;
 }
