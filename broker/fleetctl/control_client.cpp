@@ -31,12 +31,23 @@ std::size_t stream_body(char* data, std::size_t size, std::size_t n, void* user)
   return size * n;
 }
 
+std::string& ca_file() {
+  static std::string path;
+  return path;
+}
+
+void set_tls(CURL* curl) {
+  if (!ca_file().empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, ca_file().c_str());
+}
+
 std::string strip_trailing_slash(std::string url) {
   while (!url.empty() && url.back() == '/') url.pop_back();
   return url;
 }
 
 }  // namespace
+
+void ControlClient::set_ca_file(std::string path) { ca_file() = std::move(path); }
 
 ControlClient::ControlClient(std::string base_url, std::string token)
     : impl_(std::make_unique<Impl>()),
@@ -88,6 +99,7 @@ std::optional<HttpResult> ControlClient::call(std::string_view method, std::stri
     curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method_str.c_str());
   }
   curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  set_tls(curl);
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
@@ -127,6 +139,7 @@ long ControlClient::stream(std::string_view path,
   }
   StreamSink sink{&on_data};
   curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  set_tls(curl);
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, 5000L);

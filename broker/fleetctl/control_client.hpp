@@ -44,6 +44,11 @@ class ControlClient {
 
   const std::string& base_url() const noexcept { return base_url_; }
 
+  // An https:// control URL: the broker's certificate is checked against this CA
+  // bundle (PEM; fleetctl --ca) instead of the system's. Applies to every client
+  // made after (fleetctl makes several: the calls, an event stream).
+  static void set_ca_file(std::string path);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -543,6 +543,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--token", g.token, "bearer token for the control API")->envname("FLEETCTL_TOKEN");
   app.add_option("--token-file", g.token_file, "read the bearer token from this file");
+  std::string ca_file;
+  app.add_option("--ca", ca_file, "CA bundle (PEM) that signs the broker's control certificate (https:// URLs)")
+      ->envname("FLEETCTL_CA")
+      ->check(CLI::ExistingFile);
   app.add_flag("--json", g.json_output, "print the control API's raw JSON");
 
   auto* rigs = app.add_subcommand("rigs", "list rigs (connected, and known offline ones)");
@@ -658,6 +662,7 @@ int main(int argc, char** argv) {
     g.token_from = "--token-file " + g.token_file;
   }
 
+  ControlClient::set_ca_file(ca_file);
   ControlClient client(g.control, g.token);
   JobCli job_cli{client, g.json_output, fail, [&g](const HttpResult& r) { return api_error(r, g); }, unreachable};
   if (*rigs) return cmd_rigs(client, g, rigs_filter);

@@ -8,6 +8,7 @@
 
 #include "app/broker_app.hpp"
 #include "app/config.hpp"
+#include "app/operators.hpp"
 #include "app/stores.hpp"
 #include "store/embedded_registry.hpp"
 #include "common/log.hpp"
@@ -45,6 +46,21 @@ int check_config(const BrokerConfig& cfg, const ConfigReport& report) {
   return 0;
 }
 
+// --hash-token: the token is the first line of stdin (a trailing CR/LF dropped);
+// its hash goes to stdout, to be the third field of an operators file's line.
+int hash_token() {
+  std::string token;
+  int c = 0;
+  while ((c = std::fgetc(stdin)) != EOF && c != '\n') token.push_back(static_cast<char>(c));
+  if (!token.empty() && token.back() == '\r') token.pop_back();
+  if (token.empty()) {
+    std::fprintf(stderr, "fleetlink-broker --hash-token: no token on stdin (give it as the first line)\n");
+    return 2;
+  }
+  std::printf("%s\n", token_hash_text(token).c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -53,6 +69,7 @@ int main(int argc, char** argv) {
     std::fputs(parsed.output.c_str(), parsed.exit_code == 0 ? stdout : stderr);
     return parsed.exit_code;
   }
+  if (parsed.config.hash_token) return hash_token();
   BrokerConfig cfg = std::move(parsed.config);
   ConfigReport report = std::move(parsed.report);
   fleetlink::log::set_level(cfg.log_level);

@@ -32,7 +32,7 @@ CPACK_CONFIG = os.path.join(BUILD_DIR, "CPackConfig.cmake")
 PACKAGES = ("libfleetlink", "libfleetlink-dev", "fleetlink-agent", "fleetlink-broker")
 LWS_DEPENDS = ("libwebsockets17", "libwebsockets-evlib-uv")
 # Options that are not settings, so the config files do not list them.
-NOT_CONFIG_KEYS = {"help", "config", "version", "check-config"}
+NOT_CONFIG_KEYS = {"help", "config", "version", "check-config", "hash-token"}  # actions, not settings
 
 
 def run(argv, timeout=240, check=True, **kw):

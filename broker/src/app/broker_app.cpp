@@ -138,7 +138,25 @@ Expected<void> BrokerApp::start() {
   ControlApiOptions copts;
   copts.host = cfg_.control.host;
   copts.port = cfg_.control.port;
-  copts.token = cfg_.control_token;
+  if (!cfg_.operators_file.empty() || !cfg_.control_token.empty()) {
+    OperatorsParse ops = broker_operators(cfg_.operators_file, cfg_.control_token);
+    if (!ops.errors.empty()) return make_error(Errc::invalid_argument, "operators: " + ops.errors.front());
+    operators_ = std::make_unique<OperatorTable>(std::move(ops.table));
+    copts.operators = operators_.get();
+    FL_INFO("control API: %zu operator(s)%s", operators_->entries().size(),
+            cfg_.operators_file.empty() ? " (the control token)" : (" from " + cfg_.operators_file).c_str());
+  }
+  if (!cfg_.audit_log.empty()) {
+    auto audit = AuditLog::open_file(cfg_.audit_log);
+    if (!audit) return make_error(audit.error().code, audit.error().detail);
+    audit_ = std::move(*audit);
+  } else {
+    audit_ = std::make_unique<AuditLog>();  // to this log, "audit: "
+  }
+  copts.audit = audit_.get();
+  copts.metrics_open = cfg_.metrics_open;
+  copts.tls_cert = cfg_.control_cert;
+  copts.tls_key = cfg_.control_key;
   copts.default_drain_window = std::chrono::milliseconds(cfg_.drain_window_ms);
   copts.store = store_.get();
   // The unfinished jobs go on: the control plane runs them, from the records the store loaded.

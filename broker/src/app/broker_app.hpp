@@ -9,7 +9,9 @@
 #include <memory>
 
 #include "app/config.hpp"
+#include "app/operators.hpp"
 #include "app/redis_fabric.hpp"
+#include "control/audit.hpp"
 #include "fleet/clock.hpp"
 #include "fleet/fleet_core.hpp"
 #include "net/accept_gate.hpp"
@@ -71,6 +73,9 @@ class BrokerApp {
   std::unique_ptr<RedisFabric> fabric_;  // --registry redis: the registry and the mesh
   std::unique_ptr<RegistryBackend> registry_;
   std::unique_ptr<CommandStore> store_;
+  // The control API's operators (null: no token, an open API) and audit log; they outlive the control vhost.
+  std::unique_ptr<OperatorTable> operators_;
+  std::unique_ptr<AuditLog> audit_;
   LoopClock clock_;
   BrokerObserver observer_;
   net::RigProtocol rig_;

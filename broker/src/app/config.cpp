@@ -279,6 +279,20 @@ ParseOutcome parse_command_line(int argc, const char* const* argv) {
                  "bearer token for the control API (default: none, no authentication)");
   app.add_option("--control-token-file", cfg.control_token_file,
                  "file holding the control API token (wins over --control-token) (default: none)");
+  app.add_option("--operators-file", cfg.operators_file,
+                 "operators of the control API, one 'NAME ROLE sha256:HEX' a line (roles: viewer, operator); "
+                 "the control token, if also given, is operator 'token' (default: none)");
+  app.add_option("--audit-log", cfg.audit_log,
+                 "append one line per mutating control call to this file (default: none, the broker's log)");
+  app.add_flag("--control-open", cfg.control_open,
+               "allow a control API without any token on a non-loopback --control address (default: off)");
+  app.add_option("--control-cert", cfg.control_cert,
+                 "certificate (PEM) that makes the control listener HTTPS, with --control-key (default: none)");
+  app.add_option("--control-key", cfg.control_key, "private key (PEM) of --control-cert (default: none)");
+  app.add_flag("--metrics-open", cfg.metrics_open,
+               "GET /metrics without a token even when tokens are configured (default: off)");
+  app.add_flag("--hash-token", cfg.hash_token,
+               "read a token on stdin, print its hash for the operators file (sha256:HEX), exit");
   app.add_option("--broker-id", cfg.broker_id, "this broker's id (default: the host name)");
   r.whole("ping-interval-ms", cfg.ping_interval_ms, "keepalive ping to each rig this often");
   r.whole("pong-timeout-ms", cfg.pong_timeout_ms, "a ping's pong is awaited this long");
@@ -483,10 +497,20 @@ ConfigReport validate(const BrokerConfig& cfg) {
                                    " must be at most half of registry-ttl-ms (" +
                                    std::to_string(cfg.registry_ttl_ms) +
                                    "): an entry would expire between two refreshes of a live rig");
-  if (cfg.control_token.empty() && cfg.control_token_file.empty() && !is_loopback_host(cfg.control.host))
-    r.warnings.push_back(config_origin(cfg, "control") + ": " + cfg.control.to_string() +
-                         " is not loopback and the control API has no token: whoever reaches it can command "
-                         "every rig (set control-token-file)");
+  if (!cfg.control_has_tokens() && !is_loopback_host(cfg.control.host)) {
+    if (cfg.control_open)
+      r.warnings.push_back(config_origin(cfg, "control") + ": " + cfg.control.to_string() +
+                           " is not loopback and the control API has no token (control-open is set): whoever "
+                           "reaches it can command every rig");
+    else
+      err("control", cfg.control.to_string() +
+                         " refused: it is not loopback and the control API has no token, so whoever reaches it "
+                         "could command every rig; set operators-file (or control-token-file), or control-open "
+                         "to run it open on purpose");
+  }
+  if (cfg.control_cert.empty() != cfg.control_key.empty())
+    err(cfg.control_key.empty() ? "control-key" : "control-cert",  // the one missing
+        "control-cert and control-key go together (the control listener's HTTPS certificate and its key)");
   return r;
 }
 

@@ -29,6 +29,12 @@ struct BrokerConfig {
   HostPort control{"127.0.0.1", 8080};
   std::string control_token;             // resolved from --control-token-file too
   std::string control_token_file;
+  std::string operators_file;            // operators by name, role and token hash (app/operators.hpp)
+  std::string audit_log;                 // one line per mutating call; empty: the broker's log, "audit: "
+  bool control_open = false;             // an open control API (no token) may listen beyond loopback
+  std::string control_cert, control_key; // both: the control listener is HTTPS
+  bool metrics_open = false;             // GET /metrics needs no token even when tokens are configured
+  bool hash_token = false;               // --hash-token: print the hash of the token on stdin, exit
   std::string broker_id;                 // default: hostname
   std::uint32_t ping_interval_ms = 20000;
   std::uint32_t pong_timeout_ms = 10000;
@@ -75,6 +81,11 @@ struct BrokerConfig {
   std::map<std::string, int> config_file_keys;  // key -> its line in config_file
   std::vector<std::string> from_command_line;   // flags given on the command line (without "--")
   bool check_config = false;
+
+  // Some token is configured (the old single one, or an operators file): the API is not open.
+  bool control_has_tokens() const {
+    return !control_token.empty() || !control_token_file.empty() || !operators_file.empty();
+  }
 
   std::uint32_t effective_drain_deadline_ms() const {
     return drain_deadline_ms ? drain_deadline_ms : drain_window_ms + 5000;

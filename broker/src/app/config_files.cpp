@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "app/config.hpp"
+#include "app/operators.hpp"
 #include "net/tls_tickets.hpp"
 
 namespace fleetlink::broker {
@@ -106,6 +107,53 @@ void check_tls(const BrokerConfig& cfg, ConfigReport& r) {
   ERR_clear_error();
 }
 
+// The control listener's certificate and key: readable PEM, the key the certificate's.
+void check_control_tls(const BrokerConfig& cfg, ConfigReport& r) {
+  auto err = [&](std::string_view key, const std::string& text) {
+    r.errors.push_back(config_origin(cfg, key) + ": " + text);
+  };
+  ERR_clear_error();
+  std::unique_ptr<X509, X509Free> cert;
+  if (auto e = readable(cfg.control_cert); !e.empty()) {
+    err("control-cert", e);
+  } else {
+    std::unique_ptr<BIO, BioFree> b(BIO_new_file(cfg.control_cert.c_str(), "r"));
+    cert.reset(b ? PEM_read_bio_X509(b.get(), nullptr, nullptr, nullptr) : nullptr);
+    if (!cert) err("control-cert", "'" + cfg.control_cert + "' is not a PEM certificate: " + openssl_error());
+  }
+  if (auto e = readable(cfg.control_key); !e.empty()) {
+    err("control-key", e);
+  } else {
+    std::unique_ptr<BIO, BioFree> b(BIO_new_file(cfg.control_key.c_str(), "r"));
+    std::unique_ptr<EVP_PKEY, KeyFree> key(b ? PEM_read_bio_PrivateKey(b.get(), nullptr, nullptr, nullptr) : nullptr);
+    if (!key) {
+      err("control-key",
+          "'" + cfg.control_key + "' is not a PEM private key (or needs a passphrase): " + openssl_error());
+    } else if (cert && X509_check_private_key(cert.get(), key.get()) != 1) {
+      ERR_clear_error();
+      err("control-key", "'" + cfg.control_key + "' is not the private key of '" + cfg.control_cert + "'");
+    }
+  }
+  ERR_clear_error();
+}
+
+// The audit log: a file this process can append to, or one it can make.
+void check_audit_log(const BrokerConfig& cfg, ConfigReport& r) {
+  const std::string& path = cfg.audit_log;
+  auto err = [&](const std::string& text) { r.errors.push_back(config_origin(cfg, "audit-log") + ": " + text); };
+  std::error_code ec;
+  if (fs::exists(path, ec)) {
+    if (!fs::is_regular_file(path, ec)) return err("'" + path + "' is not a regular file");
+    if (::access(path.c_str(), W_OK) != 0) return err("'" + path + "' is not writable: " + std::strerror(errno));
+    return;
+  }
+  const fs::path dir = fs::absolute(path, ec).parent_path();
+  if (!fs::is_directory(dir, ec))
+    return err("'" + path + "' does not exist and cannot be made: '" + dir.string() + "' is not a directory");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    err("'" + path + "' does not exist and cannot be made in '" + dir.string() + "': " + std::strerror(errno));
+}
+
 void check_ticket_key(const BrokerConfig& cfg, ConfigReport& r) {
   const std::string& path = cfg.tls_ticket_key_file;
   auto err = [&](const std::string& text) {
@@ -142,6 +190,17 @@ void check_files(const BrokerConfig& cfg, ConfigReport& r) {
       r.errors.push_back(config_origin(cfg, "control-token-file") + ": '" + cfg.control_token_file +
                          "' is empty: the control API would take requests without a token");
   }
+  if (!cfg.operators_file.empty()) {
+    if (auto e = readable(cfg.operators_file); !e.empty()) {
+      r.errors.push_back(config_origin(cfg, "operators-file") + ": " + e);
+    } else {
+      // The old token too: its operator "token" must not clash with the file's.
+      const OperatorsParse ops = broker_operators(cfg.operators_file, cfg.control_token);
+      for (const std::string& problem : ops.errors) r.errors.push_back(config_origin(cfg, "operators-file") + ": " + problem);
+    }
+  }
+  if (!cfg.control_cert.empty() && !cfg.control_key.empty()) check_control_tls(cfg, r);
+  if (!cfg.audit_log.empty()) check_audit_log(cfg, r);
   if (!cfg.tls_ticket_key_file.empty()) check_ticket_key(cfg, r);
   if (cfg.store == "sqlite") {
     if (auto e = usable_directory(cfg.state_dir); !e.empty())

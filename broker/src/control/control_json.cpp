@@ -153,6 +153,7 @@ json command_json(const CommandView& cmd) {
       {"args", cmd.args},
       {"idempotency_key", cmd.idempotency_key.empty() ? json(nullptr) : json(cmd.idempotency_key)},
       {"job_id", cmd.job_id.empty() ? json(nullptr) : json(cmd.job_id)},
+      {"operator", cmd.operator_name.empty() ? json(nullptr) : json(cmd.operator_name)},
       {"seq", cmd.seq},
       {"attempts", cmd.attempts},
       {"state", to_string(cmd.state)},

@@ -4,11 +4,13 @@
 // from lws and writes HttpResponse back.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "control/access.hpp"
 #include "fleet/events.hpp"
 #include "fleetlink/expected.hpp"
 
@@ -22,6 +24,16 @@ struct HttpRequest {
   std::string query;           // raw "a=1&b=2", may be empty
   std::string authorization;   // the Authorization header's value, may be empty
   std::string body;
+  std::string peer;            // the client's address ("127.0.0.1"), for the audit log; may be empty
+};
+
+// What the audit line of a mutating call says besides its answer (set by the
+// router on every POST's answer; the transport writes the line when the answer leaves).
+struct AuditContext {
+  Caller caller;
+  std::string request;  // "POST /v1/rigs/rig-1/commands"
+  std::string target;   // "rig:rig-1", "cmd:<id>", "-"
+  std::string peer;
 };
 
 // POST /v1/rigs/{rig}/commands?wait=acked|done[&timeout_ms=N]: the answer is
@@ -69,6 +81,9 @@ struct HttpResponse {
   // answer should the control API shut down first.
   using Answer = std::function<void(HttpResponse)>;
   std::function<void(Fleet&, Answer)> deferred;
+  // A mutating call's: the transport writes its audit line, with the status and
+  // result of the answer that finally leaves (after a hold, a record, another broker).
+  std::shared_ptr<const AuditContext> audit;
 };
 
 // Largest request body the control API reads; more is answered 413.

@@ -67,19 +67,26 @@ std::map<std::string, std::string> parse_query(std::string_view query) {
   return out;
 }
 
-BearerToken check_bearer_token(std::string_view authorization, std::string_view token) noexcept {
+std::optional<std::string_view> bearer_token_of(std::string_view authorization) noexcept {
   constexpr std::string_view kScheme = "bearer";
   while (!authorization.empty() && (authorization.back() == ' ' || authorization.back() == '\t'))
     authorization.remove_suffix(1);
-  if (authorization.size() < kScheme.size()) return BearerToken::missing;
+  if (authorization.size() < kScheme.size()) return std::nullopt;
   for (std::size_t i = 0; i < kScheme.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(authorization[i])) != kScheme[i]) return BearerToken::missing;
+    if (std::tolower(static_cast<unsigned char>(authorization[i])) != kScheme[i]) return std::nullopt;
   }
   std::string_view given = authorization.substr(kScheme.size());
-  if (given.empty()) return BearerToken::missing;                           // "Bearer"
-  if (given.front() != ' ') return BearerToken::missing;                    // "Bearerish ..."
+  if (given.empty()) return std::nullopt;                           // "Bearer"
+  if (given.front() != ' ') return std::nullopt;                    // "Bearerish ..."
   while (!given.empty() && given.front() == ' ') given.remove_prefix(1);
-  if (given.empty()) return BearerToken::missing;
+  if (given.empty()) return std::nullopt;
+  return given;
+}
+
+BearerToken check_bearer_token(std::string_view authorization, std::string_view token) noexcept {
+  const std::optional<std::string_view> found = bearer_token_of(authorization);
+  if (!found) return BearerToken::missing;
+  const std::string_view given = *found;
   if (token.empty()) return BearerToken::wrong;
   // Constant time over the configured token: no early exit on the first
   // differing byte, so response timing does not reveal a prefix.

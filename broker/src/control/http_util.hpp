@@ -1,6 +1,7 @@
 #pragma once
 // Small pure helpers for the control API's HTTP layer.
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,6 +24,9 @@ std::map<std::string, std::string> parse_query(std::string_view query);
 // content); missing: no header, another scheme, or "Bearer" with nothing after it;
 // wrong: a bearer token that is not this one.
 enum class BearerToken { matches, missing, wrong };
+// The token of a "Bearer <token>" header (scheme case-insensitive, spaces around
+// it dropped); nullopt when there is none (no header, another scheme, "Bearer" alone).
+std::optional<std::string_view> bearer_token_of(std::string_view authorization) noexcept;
 BearerToken check_bearer_token(std::string_view authorization, std::string_view token) noexcept;
 inline bool bearer_token_matches(std::string_view authorization, std::string_view token) noexcept {
   return check_bearer_token(authorization, token) == BearerToken::matches;

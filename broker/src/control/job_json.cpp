@@ -76,6 +76,7 @@ std::string job_json_text(const Job& job, const Fleet* live, bool with_rigs, boo
   head["deliver_within_s"] = optional_json(job.deliver_within_s);
   head["timeout_s"] = optional_json(job.timeout_s);
   head["hold"] = job.hold;
+  head["operator"] = job.operator_name.empty() ? json(nullptr) : json(job.operator_name);
   head["state"] = to_string(job.state());
   head["errors"] = job.errors();
   head["counts"] = counts_json(job);
@@ -135,6 +136,8 @@ JobRecord job_record(const Job& job) {
             {"stopped", job.stopped},
             {"expired", job.expired},
             {"counts", counts_json(job)}};
+  // Only when there is one: a record without it reads as before (an older broker's, an open API's).
+  if (!job.operator_name.empty()) head["operator"] = job.operator_name;
   JobRecord record;
   record.job_id = job.job_id;
   record.created_at_ms = job.created_at_ms;
@@ -227,6 +230,7 @@ Expected<Job> job_from_record(const JobRecord& record, bool with_rigs) {
     job.deliver_within_s = optional_u32(head, "deliver_within_s");
     job.timeout_s = optional_u32(head, "timeout_s");
     job.hold = head.at("hold").get<bool>();
+    if (const auto o = head.find("operator"); o != head.end()) job.operator_name = o->get<std::string>();
     job.stopped = head.at("stopped").get<bool>();
     job.expired = head.at("expired").get<bool>();
     const plain_json& counts = head.at("counts");

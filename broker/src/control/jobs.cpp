@@ -309,6 +309,7 @@ const Job& JobTable::start(Fleet& fleet, JobRequest request, std::vector<std::st
   job.deliver_within_s = request.deliver_within_s;
   job.timeout_s = request.timeout_s;
   job.hold = request.hold;
+  job.operator_name = std::move(request.operator_name);
   job.created_at_ms = now_ms;
   job.deadline_at_ms = now_ms + std::uint64_t{job.deadline_s} * 1000;
   job.rigs.reserve(rig_ids.size());
@@ -487,6 +488,7 @@ void JobTable::dispatch(Fleet& fleet, Job& job) {
     request.timeout_s = job.timeout_s;
     request.hold = job.hold;
     request.job_id = job.job_id;
+    request.operator_name = job.operator_name;
     if (fleet.routes_elsewhere(r.rig_id)) {
       // Not connected here: its owner broker takes it and answers (no cmd_id until then).
       job.set_outcome(r, JobRigOutcome::dispatched);

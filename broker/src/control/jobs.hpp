@@ -80,6 +80,7 @@ struct JobRequest {
   std::optional<std::uint32_t> timeout_s;         // likewise
   bool hold = false;                              // listed rigs never seen: hold their commands
   std::optional<std::uint32_t> deadline_s;        // unset: default_job_deadline_s()
+  std::string operator_name;                      // who started it (each command records it too); empty: open API
 };
 
 inline constexpr std::uint32_t kMaxJobDeadlineS = 7 * 24 * 3600;
@@ -154,6 +155,7 @@ struct Job {
   std::optional<std::uint32_t> deliver_within_s;
   std::optional<std::uint32_t> timeout_s;
   bool hold = false;
+  std::string operator_name;                 // who started it; empty: the API is open
   std::uint32_t deadline_s = 0;
   std::uint64_t created_at_ms = 0;
   std::uint64_t deadline_at_ms = 0;

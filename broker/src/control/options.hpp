@@ -5,13 +5,25 @@
 
 namespace fleetlink::broker {
 
+class AuditLog;
+class Authenticator;
 class CommandStore;
 class JobTable;
 
 struct ControlApiOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                 // 0: pick a free port (read it with lws_get_vhost_listen_port)
-  std::string token;               // empty = no auth; else "Authorization: Bearer <token>"
+  std::string token;               // empty = no auth; else "Authorization: Bearer <token>" (operator "token")
+  // The operators (name, role, token hash; app/operators.hpp): set, it is asked
+  // instead of `token`. Must outlive the control vhost.
+  const Authenticator* operators = nullptr;
+  // One line per mutating call (control/audit.hpp); null: none written. Must outlive the vhost.
+  AuditLog* audit = nullptr;
+  // GET /metrics without a token even when tokens are configured (Prometheus).
+  bool metrics_open = false;
+  // Both set: the control listener is HTTPS with this certificate and key (PEM files).
+  std::string tls_cert;
+  std::string tls_key;
   // POST /v1/admin/drain without a window uses this (the broker's --drain-window-ms).
   std::chrono::milliseconds default_drain_window{10000};
   // The broker's command store: jobs are recorded there, and GET /v1/jobs lists

@@ -81,9 +81,10 @@ namespace {
 
 // 401, saying whether a token was missing or wrong (a client tells its user which),
 // in the body's "reason" and, for a wrong one, as RFC 6750's error="invalid_token".
-HttpResponse unauthorized(bool missing) {
-  auto body = error_body("unauthorized", missing ? "no bearer token: send Authorization: Bearer <token>"
-                                                 : "the bearer token is not this broker's control token");
+HttpResponse unauthorized(bool missing, bool operators) {
+  auto body = error_body("unauthorized", missing     ? "no bearer token: send Authorization: Bearer <token>"
+                                         : operators ? "the bearer token is not the token of any of this broker's operators"
+                                                     : "the bearer token is not this broker's control token");
   body["reason"] = missing ? "missing_token" : "bad_token";
   HttpResponse r;
   r.status = 401;
@@ -93,18 +94,43 @@ HttpResponse unauthorized(bool missing) {
   return r;
 }
 
+// The audit line's target: the rig, command or job the path names.
+std::string audit_target(const PathParams& params) {
+  for (const char* name : {"rig", "cmd", "job", "batch"}) {
+    const std::string& v = params.get(name);
+    if (!v.empty()) return std::string(name) + ":" + v;
+  }
+  return "-";
+}
+
 }  // namespace
 
 HttpResponse Router::dispatch(const HttpRequest& req, Fleet& fleet, const BrokerMetrics& metrics,
                               const ControlApiOptions& options, std::uint64_t now_ms) const {
   const Match m = match(req.method, req.path);
-  if (!options.token.empty() && !m.open) {
-    const BearerToken t = check_bearer_token(req.authorization, options.token);
-    if (t != BearerToken::matches) return unauthorized(t == BearerToken::missing);
+  const bool open_by_option =
+      options.metrics_open && m.route != nullptr && (m.route->flags & Route::kOpenByOption) != 0;
+  AccessOutcome access;
+  if (!m.open && !open_by_option) access = authenticate(req.authorization, options.operators, options.token);
+  std::shared_ptr<AuditContext> audit;
+  if (needs_operator(req.method)) {
+    audit = std::make_shared<AuditContext>();
+    audit->caller = access.caller;
+    audit->request = req.method + " " + req.path;
+    audit->target = audit_target(m.params);
+    audit->peer = req.peer;
   }
   HttpResponse r;
-  if (m.route != nullptr) {
-    r = m.route->handler(RouteContext{req, m.params, fleet, metrics, options, now_ms});
+  if (access.status != AccessOutcome::Status::allowed) {
+    r = unauthorized(access.status == AccessOutcome::Status::missing_token, options.operators != nullptr);
+    r.audit = std::move(audit);
+    return r;
+  }
+  if (m.route != nullptr && needs_operator(req.method) && access.caller.authenticated &&
+      access.caller.role != Role::operator_) {
+    r = json_error(403, "forbidden", forbidden_detail(access.caller));
+  } else if (m.route != nullptr) {
+    r = m.route->handler(RouteContext{req, m.params, fleet, metrics, options, now_ms, access.caller});
   } else if (m.known_path) {
     r = json_error(405, "method_not_allowed", "allowed: " + m.allow);
     r.headers.emplace_back("Allow", m.allow);
@@ -112,6 +138,7 @@ HttpResponse Router::dispatch(const HttpRequest& req, Fleet& fleet, const Broker
     r = json_error(404, "not_found", "no such endpoint: " + req.path);
   }
   if (req.method == "HEAD") r.body.clear();
+  r.audit = std::move(audit);
   return r;
 }
 

@@ -39,6 +39,8 @@ struct RouteContext {
   const BrokerMetrics& metrics;
   const ControlApiOptions& options;
   std::uint64_t now_ms;
+  // Who asks (unauthenticated when the API is open): recorded on the commands and jobs it makes.
+  const Caller& caller;
 };
 
 using RouteHandler = HttpResponse (*)(const RouteContext&);
@@ -50,6 +52,8 @@ struct Route {
   // A GET route answers HEAD too, with the body dropped, unless it streams:
   // an event stream has no body to drop and no end.
   static constexpr unsigned kNoHead = 2;
+  // Open when ControlApiOptions::metrics_open says so (/metrics for Prometheus).
+  static constexpr unsigned kOpenByOption = 4;
 
   std::string_view method;   // "GET", "POST", ...
   std::string_view pattern;  // "/v1/rigs/{rig}/commands"; "/" is the root
@@ -73,10 +77,12 @@ class Router {
   };
   Match match(std::string_view method, std::string_view path) const;
 
-  // A whole request: 401 without the bearer token (when one is configured) on a
-  // path that is not open; 404 for an unknown path; 405 with Allow for a method
-  // the path does not take; otherwise the handler's answer. A HEAD answer loses
-  // its body (the 401 keeps it, as it always did).
+  // A whole request: 401 without the bearer token of an operator (when tokens are
+  // configured) on a path that is not open; 403 for a viewer on a route that is not
+  // GET; 404 for an unknown path; 405 with Allow for a method the path does not
+  // take; otherwise the handler's answer. A HEAD answer loses its body (the 401
+  // keeps it, as it always did). Every answer to a method other than GET or HEAD
+  // carries its AuditContext.
   HttpResponse dispatch(const HttpRequest& request, Fleet& fleet, const BrokerMetrics& metrics,
                         const ControlApiOptions& options, std::uint64_t now_ms) const;
 

@@ -16,7 +16,7 @@ constexpr Route kRoutes[] = {
     {"GET", "/dashboard", get_dashboard, Route::kOpen},
     {"GET", "/healthz", get_healthz, Route::kOpen},
     {"GET", "/readyz", get_readyz, Route::kOpen},
-    {"GET", "/metrics", get_metrics},
+    {"GET", "/metrics", get_metrics, Route::kOpenByOption},
 
     {"GET", "/v1/rigs", get_rigs},
     {"GET", "/v1/rigs/{rig}", get_rig},

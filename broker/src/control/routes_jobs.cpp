@@ -203,6 +203,7 @@ HttpResponse post_job_as(const RouteContext& ctx, bool batch_alias) {
   if (!read_job_request(*body, request, error)) return error;
   // Which rigs the targets select, with their state: nothing is sent or recorded.
   if (dry_run) return dry_run_answer(ctx.fleet, request);
+  request.operator_name = ctx.caller.name;
   if (ctx.fleet.draining()) {
     HttpResponse r = json_error(503, "draining", "broker " + ctx.fleet.broker_id() + " is draining");
     r.headers.emplace_back("Retry-After", "5");

@@ -157,6 +157,7 @@ HttpResponse post_rig_command(const RouteContext& ctx) {
   CommandRequest request;
   request.rig_id = rig_id;
   if (auto bad = read_command_request(*body, request)) return json_error(400, "bad_request", *bad);
+  request.operator_name = ctx.caller.name;
   std::optional<HeldCommand> hold;
   if (!parse_hold(ctx.request, hold, error)) return error;
   const bool waits_for_record = !request.idempotency_key.empty();

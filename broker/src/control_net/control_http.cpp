@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "control/audit.hpp"
+#include "control/control_json.hpp"
 #include "control/handler_support.hpp"
 #include "control/http_util.hpp"
 #include "control/routes.hpp"
@@ -25,6 +27,29 @@ namespace {
 
 constexpr std::size_t kHeaderSpace = 2048;              // status line + headers
 constexpr std::int64_t kHugeBody = 16LL * 1024 * 1024;  // hang up instead of reading it
+
+// The audit line of a mutating call, as its answer leaves.
+void audit_answer(ControlState* state, const AuditContext* audit, const HttpResponse& r) {
+  if (audit == nullptr || state == nullptr || state->options.audit == nullptr) return;
+  const std::string status = std::to_string(r.status);
+  const std::string result = audit_result_of_body(r.body);
+  AuditEntry e;
+  e.at_ms = unix_now_ms();
+  e.caller = &audit->caller;
+  e.peer = audit->peer;
+  e.request = audit->request;
+  e.target = audit->target;
+  e.status = status;
+  e.result = result;
+  state->options.audit->write(e);
+}
+
+// The client's address, for the audit log.
+std::string peer_address(lws* wsi) {
+  char buf[64] = {};
+  const char* p = lws_get_peer_simple(wsi, buf, sizeof buf);
+  return p != nullptr ? audit_peer(p) : std::string();
+}
 
 // The query string, re-joined from lws's per-argument fragments.
 std::string query_string(lws* wsi) {
@@ -189,9 +214,11 @@ int await_record(Transaction* tx, HttpResponse r) {
 // not take at once and defers the completion until it is flushed. Frees `tx`.
 int send_and_complete(Transaction* tx, HttpResponse r) {
   lws* wsi = tx->wsi;
+  ControlState* state = tx->state;
+  audit_answer(state, r.audit ? r.audit.get() : tx->audit.get(), r);
+  tx->audit.reset();
   std::string head;
   if (!render_headers(wsi, r, r.body.size(), false, head)) return -1;
-  ControlState* state = tx->state;
   if (write_answer(wsi, head, r.body) != net::WriteStatus::written) return -1;
   if (tx->close_after) {
     run_after_sent(state, r.after_sent);
@@ -234,6 +261,7 @@ int respond(Transaction* tx) {
 }
 
 int answer_with(Transaction* tx, HttpResponse r) {
+  if (r.audit) tx->audit = r.audit;  // the answer that finally leaves says how the call ended
   if (r.event_stream) return start_event_stream(tx, r);
   if (r.deferred) return await_deferred(tx, std::move(r));
   if (r.after_record != 0) return await_record(tx, std::move(r));
@@ -245,6 +273,7 @@ int answer_with(Transaction* tx, HttpResponse r) {
 // not read). Only for small answers: one write, whatever is not taken now is lost.
 int answer_now_and_close(lws* wsi, HttpResponse r) {
   if (r.event_stream) r = json_error(400, "bad_request", "an event stream needs GET");
+  audit_answer(state_of(wsi), r.audit.get(), r);
   r.headers.emplace_back("Connection", "close");
   std::string head;
   if (!render_headers(wsi, r, r.body.size(), false, head)) return -1;
@@ -304,9 +333,10 @@ int on_request(lws* wsi, PerSession* pss, std::string_view path) {
   tx->request.method = request_method(wsi);
   tx->request.path.assign(path);
   tx->request.query = query_string(wsi);
-  if (!state->options.token.empty()) {
+  if (access_enabled(state->options.operators, state->options.token)) {
     tx->request.authorization = header_value(wsi, WSI_TOKEN_HTTP_AUTHORIZATION);
   }
+  if (state->options.audit != nullptr && needs_operator(tx->request.method)) tx->request.peer = peer_address(wsi);
   const std::string length = header_value(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH);
   // Any method: lws reads (or discards) a body whenever there is a Content-Length.
   if (!length.empty() && std::atoll(length.c_str()) > 0 && request_is_pipelined(wsi)) {

@@ -82,6 +82,8 @@ struct Transaction {
   std::optional<DeferredWait> deferred_wait;
   std::optional<HeldPost> hold;
   std::optional<EventStream> sse;
+  // A mutating call's audit context, kept until its answer leaves (control/audit.hpp).
+  std::shared_ptr<const AuditContext> audit;
   // Expires with the transaction: what a Fleet callback that may outlive it checks.
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);
   // The Fleet subscription of a held POST or an event stream (listed in state->streams).
@@ -127,11 +129,20 @@ struct StreamSession {
   bool closing = false;  // a close is under way: nothing more is read or written
   // Expires with the session: what a Fleet callback that may outlive it checks.
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);
+  // Who opened it (the upgrade's token) and from where: its commands and audit lines say so.
+  Caller caller;
+  std::string peer;
 };
 
-// lws zero-allocates this per WebSocket connection; it only holds our pointer.
+// lws zero-allocates this per WebSocket connection: our pointer, and who the
+// upgrade's token named (read while its headers are there; names are at most
+// kMaxOperatorName bytes, app/operators.hpp).
 struct StreamPerSession {
   StreamSession* session;
+  bool checked;   // the upgrade's token was looked at
+  bool authenticated;
+  Role role;
+  char name[72];
 };
 
 // Runs the fan-out jobs from the loop (never from inside a Fleet event sink,

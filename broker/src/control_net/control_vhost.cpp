@@ -247,12 +247,26 @@ fleetlink::Expected<lws_vhost*> create_control_vhost(lws_context* context,
   info.protocols = control_net::kProtocols;
   info.keepalive_timeout = control_net::kKeepAliveIdleSecs;
   info.timeout_secs = 10;
+  if (!state->options.tls_cert.empty() && !state->options.tls_key.empty()) {
+    // HTTPS, no client certificate asked for (the bearer token says who calls). The
+    // strings are the state's: lws reads them while it makes the vhost's SSL_CTX.
+    info.options = LWS_SERVER_OPTION_LIBUV | LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT |
+                   LWS_SERVER_OPTION_DISABLE_OS_CA_CERTS;
+    info.ssl_cert_filepath = state->options.tls_cert.c_str();
+    info.ssl_private_key_filepath = state->options.tls_key.c_str();
+    // HTTP/1.1 only: the transports write HTTP/1.1 answers themselves (control_http.cpp),
+    // and a client offered h2 by ALPN (curl does) would get none it can read.
+    info.alpn = "http/1.1";
+  }
 
   lws_vhost* vhost = lws_create_vhost(context, &info);
   if (vhost == nullptr) {
     delete state;
     return make_error(Errc::io, "cannot listen for the control API on " + options.host + ":" +
-                                    std::to_string(options.port));
+                                    std::to_string(options.port) +
+                                    (options.tls_cert.empty() ? std::string()
+                                                              : " (or its certificate " + options.tls_cert +
+                                                                    " / key " + options.tls_key + " did not load)"));
   }
   auto** slot = static_cast<ControlState**>(
       lws_protocol_vh_priv_zalloc(vhost, &control_net::kProtocols[0], sizeof(ControlState*)));

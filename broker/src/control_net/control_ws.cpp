@@ -9,6 +9,7 @@
 #include <libwebsockets.h>
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <new>
 #include <optional>
@@ -17,10 +18,13 @@
 #include <variant>
 #include <vector>
 
+#include "control/audit.hpp"
+#include "control/control_json.hpp"
 #include "control/handler_support.hpp"
 #include "control/http_util.hpp"
 #include "control/stream_protocol.hpp"
 #include "control_net/control_state.hpp"
+#include "common/log.hpp"
 #include "net/lws_io.hpp"
 
 namespace fleetlink::broker::control_net {
@@ -71,19 +75,38 @@ void hear_output(StreamSession* s) {
   if (!s->hears_output) subscribe(s, true);
 }
 
+// The audit line of one command the stream sent (control/audit.hpp).
+void audit_send(StreamSession* s, std::string_view rig_id, std::string_view status, const std::string& result) {
+  AuditLog* audit = s->state->options.audit;
+  if (audit == nullptr) return;
+  const std::string target = rig_id.empty() ? std::string("-") : "rig:" + std::string(rig_id);
+  AuditEntry e;
+  e.at_ms = unix_now_ms();
+  e.caller = &s->caller;
+  e.peer = s->peer;
+  e.request = "stream send";
+  e.target = target;
+  e.status = status;
+  e.result = result;
+  audit->write(e);
+}
+
 void on_stream_line(StreamSession* s, std::string_view line, std::vector<StreamSession::Pending>& answers) {
   ControlState* state = s->state;
   stream::Request request = stream::parse_line(line);
   if (auto* e = std::get_if<stream::LineError>(&request)) {
+    audit_send(s, {}, "refused", "error:" + e->error);
     answers.push_back({{}, true, false, std::nullopt, stream::error_line(*e)});
     return;
   }
   auto& send = std::get<stream::SendRequest>(request);
   if (!state->serving()) {
+    audit_send(s, send.request.rig_id, "refused", "error:shutting_down");
     answers.push_back(
         {{}, true, false, std::nullopt, stream::error_line({send.ref, "shutting_down", "the broker is shutting down"})});
     return;
   }
+  send.request.operator_name = s->caller.name;
   const bool waits_for_record = !send.request.idempotency_key.empty();
   if (send.with_output) hear_output(s);
   if (state->fleet->routes_elsewhere(send.request.rig_id) || state->fleet->names_a_stored_command(send.request)) {
@@ -144,13 +167,17 @@ void settle_answers(StreamSession* s, std::vector<StreamSession::Pending>& answe
         f.rig_id = ok->rig_id;
         f.cmd_id = ok->cmd_id;
         f.detail = unrecorded_detail(kept.error(), !a.waits_for_record);
+        audit_send(s, f.rig_id, "refused", std::string("error:") + to_string(f.error));
         queue_line(s, stream::refused_line(a.ref, f));
         continue;
       }
+      audit_send(s, ok->rig_id, "queued", "cmd_id:" + ok->cmd_id);
       queue_line(s, stream::queued_line(a.ref, *ok));
       report_or_watch(s, ok->cmd_id, std::move(a.ref), a.until_done, a.with_output, ok->state);
     } else {
-      queue_line(s, stream::refused_line(a.ref, std::get<EnqueueFailure>(*a.outcome)));
+      const auto& f = std::get<EnqueueFailure>(*a.outcome);
+      audit_send(s, f.rig_id, "refused", std::string("error:") + to_string(f.error));
+      queue_line(s, stream::refused_line(a.ref, f));
     }
   }
 }
@@ -196,13 +223,49 @@ void await_answers(StreamSession* s, std::uint64_t batch) {
 
 namespace {
 
+// The upgrade's token: who opens the stream. Refused (nullopt) without an
+// operator's token when tokens are configured, or with a viewer's (a stream sends commands).
+std::optional<Caller> stream_caller(lws* wsi, const ControlState& state) {
+  const AccessOutcome a = authenticate(header_value(wsi, WSI_TOKEN_HTTP_AUTHORIZATION), state.options.operators,
+                                       state.options.token);
+  if (a.status != AccessOutcome::Status::allowed) return std::nullopt;
+  if (a.caller.authenticated && a.caller.role != Role::operator_) {
+    FL_INFO("control stream refused: %s", forbidden_detail(a.caller).c_str());
+    return std::nullopt;
+  }
+  return a.caller;
+}
+
+void remember_caller(StreamPerSession* pss, const Caller& c) {
+  pss->checked = true;
+  pss->authenticated = c.authenticated;
+  pss->role = c.role;
+  const std::size_t n = std::min(c.name.size(), sizeof pss->name - 1);
+  std::memcpy(pss->name, c.name.data(), n);
+  pss->name[n] = '\0';
+}
+
 int on_established(lws* wsi, StreamPerSession* pss) {
   ControlState* state = state_of(wsi);
   if (pss == nullptr || state == nullptr || !state->serving()) return -1;
+  if (!pss->checked) {
+    // lws gave the filter no session memory: the headers are still here.
+    const std::optional<Caller> c = stream_caller(wsi, *state);
+    if (!c) return -1;
+    remember_caller(pss, *c);
+  }
   auto* s = new (std::nothrow) StreamSession();
   if (s == nullptr) return -1;
   s->state = state;
   s->wsi = wsi;
+  s->caller.authenticated = pss->authenticated;
+  s->caller.role = pss->role;
+  s->caller.name = pss->name;
+  if (state->options.audit != nullptr) {
+    char buf[64] = {};
+    const char* p = lws_get_peer_simple(wsi, buf, sizeof buf);
+    s->peer = p != nullptr ? audit_peer(p) : std::string();
+  }
   pss->session = s;
   state->sessions.insert(s);
   subscribe(s, false);
@@ -277,10 +340,9 @@ int callback_stream(lws* wsi, lws_callback_reasons reason, void* user, void* in,
       // The upgrade request's headers are still here: the same bearer token as the API.
       ControlState* state = state_of(wsi);
       if (state == nullptr || !state->serving()) return 1;
-      if (!state->options.token.empty() &&
-          !bearer_token_matches(header_value(wsi, WSI_TOKEN_HTTP_AUTHORIZATION), state->options.token)) {
-        return 1;
-      }
+      const std::optional<Caller> c = stream_caller(wsi, *state);
+      if (!c) return 1;
+      if (pss != nullptr) remember_caller(pss, *c);
       return 0;
     }
     case LWS_CALLBACK_ESTABLISHED:

@@ -89,6 +89,7 @@ struct CommandView {
   StringMap args;
   std::string idempotency_key;            // the client's name for it (a repeated POST returns this command)
   std::string job_id;                     // the fan-out job it belongs to, if any
+  std::string operator_name;              // who asked for it (the operators file's name); empty: an open API
   std::uint64_t seq = 0;                  // on its current (or last) connection; 0 before the first delivery
   std::uint32_t attempts = 0;             // connections it was written on
   CommandState state = CommandState::queued;
@@ -133,6 +134,7 @@ struct CommandRequest {
   std::optional<std::uint32_t> timeout_s;         // unset: the kind's default
   bool hold = false;                       // a rig never seen yet: hold it for the rig instead of refusing
   std::string job_id;
+  std::string operator_name;               // the caller's name (recorded on the command); empty: an open API
 };
 
 struct EnqueueOk {

@@ -443,6 +443,7 @@ EnqueueOutcome FleetCore::enqueue(CommandRequest req) {
   v.args = std::move(req.args);
   v.idempotency_key = std::move(req.idempotency_key);
   v.job_id = std::move(req.job_id);
+  v.operator_name = std::move(req.operator_name);
   v.state = CommandState::queued;
   v.enqueued_at_ms = now;
   v.deliver_by_ms = now + std::uint64_t{deliver_within_s} * 1000;

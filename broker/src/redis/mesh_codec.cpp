@@ -29,6 +29,8 @@ json request_json(const CommandRequest& r) {
          {"key", r.idempotency_key}, {"hold", r.hold}, {"job_id", r.job_id}};
   if (r.deliver_within_s) j["deliver_within_s"] = *r.deliver_within_s;
   if (r.timeout_s) j["timeout_s"] = *r.timeout_s;
+  // Left out when empty: a broker older than the operators file reads the note as before.
+  if (!r.operator_name.empty()) j["operator"] = r.operator_name;
   return j;
 }
 
@@ -43,6 +45,8 @@ CommandRequest request_of(const json& j) {
   r.job_id = j.at("job_id").get<std::string>();
   if (j.contains("deliver_within_s")) r.deliver_within_s = whole<std::uint32_t>(j, "deliver_within_s");
   if (j.contains("timeout_s")) r.timeout_s = whole<std::uint32_t>(j, "timeout_s");
+  // Optional: a note from an older broker has none (and its command no operator).
+  if (j.contains("operator")) r.operator_name = j.at("operator").get<std::string>();
   return r;
 }
 

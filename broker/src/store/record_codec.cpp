@@ -131,8 +131,12 @@ class Reader {
     return true;
   }
   bool version(std::uint8_t known) {
+    std::uint8_t v = 0;
+    return version(known, v);
+  }
+  bool version(std::uint8_t known, std::uint8_t& v) {
     if (p_ == end_) return fail("is empty");
-    const auto v = static_cast<std::uint8_t>(*p_++);
+    v = static_cast<std::uint8_t>(*p_++);
     if (v == 0) return fail("has no layout version");
     if (v > known) {
       return fail("has layout version " + std::to_string(v) + ", newer than this broker reads (" +
@@ -201,9 +205,10 @@ std::optional<CommandState> state_from_code(std::int64_t code) noexcept {
   }
 }
 
-// ---- commands.body, version 1 ----
+// ---- commands.body, version 2 ----
 //   kind, args, seq, deliver_by_ms, timeout_s, acked_boot_id, cancel_requested_at_ms?,
-//   detail, duplicate, streamed_bytes, stream_next_offset, stream_gap_bytes
+//   detail, duplicate, streamed_bytes, stream_next_offset, stream_gap_bytes,
+//   operator_name (version 2; a version 1 record, written before it, has none)
 
 void encode_command_body(const CommandView& v, std::string& out) {
   out.clear();
@@ -220,16 +225,20 @@ void encode_command_body(const CommandView& v, std::string& out) {
   put_varint(out, v.streamed_bytes);
   put_varint(out, v.stream_next_offset);
   put_varint(out, v.stream_gap_bytes);
+  put_string(out, v.operator_name);
 }
 
 Expected<void> decode_command_body(std::string_view blob, CommandView& v) {
   Reader r(blob, "command record");
-  if (!r.version(kCommandBodyVersion)) return r.error();
+  std::uint8_t version = 0;
+  if (!r.version(kCommandBodyVersion, version)) return r.error();
   if (!(r.string(v.kind) && r.map(v.args) && r.unsigned_as(v.seq) && r.unsigned_as(v.deliver_by_ms) &&
         r.unsigned_as(v.timeout_s) && r.string(v.acked_boot_id) && r.optional(v.cancel_requested_at_ms) &&
         r.string(v.detail) && r.boolean(v.duplicate) && r.unsigned_as(v.streamed_bytes) &&
         r.unsigned_as(v.stream_next_offset) && r.unsigned_as(v.stream_gap_bytes)))
     return r.error();
+  v.operator_name.clear();
+  if (version >= 2 && !r.string(v.operator_name)) return r.error();
   return r.finish();
 }
 

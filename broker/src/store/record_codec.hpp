@@ -21,7 +21,7 @@
 
 namespace fleetlink::broker::store_codec {
 
-inline constexpr std::uint8_t kCommandBodyVersion = 1;
+inline constexpr std::uint8_t kCommandBodyVersion = 2;  // 2: operator_name at the end
 inline constexpr std::uint8_t kResultBodyVersion = 1;
 inline constexpr std::uint8_t kRigBodyVersion = 1;
 

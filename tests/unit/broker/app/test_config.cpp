@@ -254,3 +254,32 @@ TEST_CASE("check_files: unreadable and wrong files are named, nothing is created
   check_files(ok_dir, s);
   CHECK(has_error(s, "--state-dir: '" + cfg.key + "' is not a directory (the sqlite command store lives there)"));
 }
+
+TEST_CASE("config: an open control API beyond loopback is refused unless control-open") {
+  const std::vector<std::string> tls{"--cert", "c", "--key", "k", "--ca", "a"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = tls;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return validate(parse(args).config);
+  };
+  ConfigReport r = with({"--control", "0.0.0.0:8080"});
+  INFO(all_errors(r));
+  CHECK(has_error(r, "--control: 0.0.0.0:8080 refused: it is not loopback and the control API has no token, so "
+                     "whoever reaches it could command every rig; set operators-file (or control-token-file), or "
+                     "control-open to run it open on purpose"));
+  r = with({"--control", "0.0.0.0:8080", "--control-open"});
+  CHECK(r.ok());
+  CHECK(r.warnings.size() == 1);
+  CHECK(with({"--control", "0.0.0.0:8080", "--operators-file", "ops"}).ok());
+  CHECK(with({"--control", "0.0.0.0:8080", "--control-token", "t"}).ok());
+  CHECK(with({"--control", "127.0.0.1:8080"}).ok());
+  // HTTPS needs both files.
+  r = with({"--control-cert", "c.pem"});
+  CHECK(has_error(r, "--control-key: control-cert and control-key go together (the control listener's HTTPS "
+                     "certificate and its key)"));
+  CHECK(with({"--control-cert", "c.pem", "--control-key", "k.pem"}).ok());
+  const ParseOutcome p = parse({"--metrics-open", "--audit-log", "/x/audit.log", "--hash-token"});
+  CHECK(p.config.metrics_open);
+  CHECK(p.config.audit_log == "/x/audit.log");
+  CHECK(p.config.hash_token);
+}

@@ -59,6 +59,7 @@ CommandRequest full_request() {
   r.timeout_s = 2400;
   r.hold = true;
   r.job_id = "0190f5a2-0000-7000-8000-000000000001";
+  r.operator_name = "alice";
   return r;
 }
 
@@ -127,6 +128,7 @@ void check_request(const CommandRequest& a, const CommandRequest& b) {
   CHECK(a.timeout_s == b.timeout_s);
   CHECK(a.hold == b.hold);
   CHECK(a.job_id == b.job_id);
+  CHECK(a.operator_name == b.operator_name);
 }
 
 void check_outcome(const EnqueueOutcome& a, const EnqueueOutcome& b) {
@@ -234,7 +236,7 @@ void each_object(json& j, const std::string& path, const std::function<void(json
 // Notes with every optional field present: each field of them is required
 // unless named here.
 const std::vector<std::string> kOptional = {"/unrecorded", "/command/deliver_within_s", "/command/timeout_s",
-                                            "/outcome/last_ack_at_ms"};
+                                            "/command/operator", "/outcome/last_ack_at_ms"};
 bool optional_field(const std::string& path) {
   for (const auto& o : kOptional)
     if (o == path) return true;
@@ -282,6 +284,25 @@ TEST_CASE("mesh codec: command with a full request, and without its optional lim
   const auto bare = json::parse(encode_note(n));
   CHECK_FALSE(bare.at("command").contains("deliver_within_s"));
   CHECK_FALSE(bare.at("command").contains("timeout_s"));
+}
+
+TEST_CASE("mesh codec: a command carries its operator; a note without one (an older broker's) has none") {
+  MeshNote n = full_note(MeshKind::command);
+  auto j = json::parse(encode_note(n));
+  CHECK(j.at("command").at("operator") == "alice");
+  j["command"].erase("operator");
+  auto back = decode_note(j.dump());
+  REQUIRE(back);
+  REQUIRE(back->command);
+  CHECK(back->command->operator_name.empty());
+  CHECK(back->command->kind == "suite");
+  // An open API's command: no field at all, so an older broker reads it unchanged.
+  n.command->operator_name.clear();
+  CHECK_FALSE(json::parse(encode_note(n)).at("command").contains("operator"));
+  round_trip(n);
+  // Not a string: refused like any field of the wrong type.
+  j["command"]["operator"] = 7;
+  CHECK_FALSE(decode_note(j.dump()));
 }
 
 TEST_CASE("mesh codec: command_answer with an EnqueueOk in every state") {

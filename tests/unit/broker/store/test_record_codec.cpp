@@ -23,6 +23,7 @@ CommandView full_command() {
   v.args = {{"name", "suite-7"}, {"timeout", "2400"}, {"", "empty key"}, {"unicode", "gr\xc3\xbc\xc3\x9f"}};
   v.idempotency_key = "client-42";
   v.job_id = "0190f5a2-0000-7000-8000-000000000001";
+  v.operator_name = "alice";
   v.seq = 0xFFFF'FFFF'FFFFULL;
   v.attempts = 3;
   v.state = CommandState::failed;
@@ -84,6 +85,7 @@ void check_same(const CommandView& a, const CommandView& b) {
   CHECK(a.cancel_requested_at_ms == b.cancel_requested_at_ms);
   CHECK(a.detail == b.detail);
   CHECK(a.duplicate == b.duplicate);
+  CHECK(a.operator_name == b.operator_name);
   CHECK(a.nack == b.nack);
   CHECK(a.result == b.result);
   CHECK(a.streamed_output == b.streamed_output);
@@ -137,6 +139,62 @@ TEST_CASE("codec: a default command round-trips; no result unless final and aske
   v.state = CommandState::succeeded;
   store_rows::to_row(v, false, row);
   CHECK_FALSE(row.has_result);
+}
+
+TEST_CASE("codec: a version 1 command record (before operator_name) still decodes, with no operator") {
+  // Bytes as a broker before version 2 wrote them: kind "reboot", args {"a": "b"}, seq 5,
+  // deliver_by_ms 1000, timeout_s 30, acked_boot_id "", cancel_requested_at_ms absent,
+  // detail "ok", duplicate 0, streamed_bytes 3, stream_next_offset 3, stream_gap_bytes 0.
+  const unsigned char bytes[] = {1,                                     // version
+                                  6, 'r', 'e', 'b', 'o', 'o', 't',       // kind
+                                  1, 1, 'a', 1, 'b',                     // args
+                                  5,                                     // seq
+                                  0xe8, 0x07,                            // deliver_by_ms 1000
+                                  30,                                    // timeout_s
+                                  0,                                     // acked_boot_id
+                                  0,                                     // cancel_requested_at_ms: absent
+                                  2, 'o', 'k',                           // detail
+                                  0,                                     // duplicate
+                                  3, 3, 0};                              // streamed, next offset, gap
+  const std::string v1(reinterpret_cast<const char*>(bytes), sizeof bytes);
+  CommandView out;
+  out.operator_name = "stale";  // a decode leaves nothing of what was there
+  auto r = codec::decode_command_body(v1, out);
+  REQUIRE_MESSAGE(r, (r ? std::string() : r.error().detail));
+  CHECK(out.kind == "reboot");
+  CHECK(out.args == StringMap{{"a", "b"}});
+  CHECK(out.seq == 5);
+  CHECK(out.deliver_by_ms == 1000);
+  CHECK(out.timeout_s == 30);
+  CHECK_FALSE(out.cancel_requested_at_ms);
+  CHECK(out.detail == "ok");
+  CHECK(out.streamed_bytes == 3);
+  CHECK(out.stream_next_offset == 3);
+  CHECK(out.operator_name.empty());
+  // A version 1 record with the new field after it is refused: version 1 has no such field.
+  std::string v1_plus = v1 + std::string(1, static_cast<char>(5)) + "alice";
+  CHECK_FALSE(codec::decode_command_body(v1_plus, out));
+  // The same fields at version 2 carry the operator; without it the record ends early.
+  std::string v2 = v1_plus;
+  v2[0] = 2;
+  REQUIRE(codec::decode_command_body(v2, out));
+  CHECK(out.operator_name == "alice");
+  std::string v2_short = v1;
+  v2_short[0] = 2;
+  CHECK_FALSE(codec::decode_command_body(v2_short, out));
+}
+
+TEST_CASE("codec: the operator is written in the command record") {
+  CommandView v = full_command();
+  std::string blob;
+  codec::encode_command_body(v, blob);
+  CommandView back;
+  REQUIRE(codec::decode_command_body(blob, back));
+  CHECK(back.operator_name == "alice");
+  v.operator_name.clear();
+  codec::encode_command_body(v, blob);
+  REQUIRE(codec::decode_command_body(blob, back));
+  CHECK(back.operator_name.empty());
 }
 
 TEST_CASE("codec: a rig round-trips") {
