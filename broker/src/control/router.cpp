@@ -99,7 +99,14 @@ HttpResponse Router::dispatch(const HttpRequest& req, Fleet& fleet, const Broker
                               const ControlApiOptions& options, std::uint64_t now_ms) const {
   const Match m = match(req.method, req.path);
   if (!options.token.empty() && !m.open) {
-    const BearerToken t = check_bearer_token(req.authorization, options.token);
+    std::string from_query;  // "Bearer <access_token>" (kTokenInQuery routes, no header)
+    if (req.authorization.empty() && m.route != nullptr && (m.route->flags & Route::kTokenInQuery) != 0) {
+      const auto query = parse_query(req.query);
+      if (const auto t = query.find("access_token"); t != query.end()) from_query = "Bearer " + t->second;
+    }
+    const BearerToken t = check_bearer_token(from_query.empty() ? std::string_view(req.authorization)
+                                                                : std::string_view(from_query),
+                                             options.token);
     if (t != BearerToken::matches) return unauthorized(t == BearerToken::missing);
   }
   HttpResponse r;

@@ -50,6 +50,9 @@ struct Route {
   // A GET route answers HEAD too, with the body dropped, unless it streams:
   // an event stream has no body to drop and no end.
   static constexpr unsigned kNoHead = 2;
+  // The token may also come as ?access_token= (RFC 6750 2.3) when there is no
+  // Authorization header: a browser's EventSource cannot send headers.
+  static constexpr unsigned kTokenInQuery = 4;
 
   std::string_view method;   // "GET", "POST", ...
   std::string_view pattern;  // "/v1/rigs/{rig}/commands"; "/" is the root
