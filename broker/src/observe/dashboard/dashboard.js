@@ -247,7 +247,7 @@ function queueRender() {
 const dirty = new Set();
 let needFull = true;
 let syncTimer = null;
-let lastSync = 0;
+let lastSync = -SYNC_MIN_MS;  // the first read goes at once
 let syncing = false;
 
 function scheduleSync() {
