@@ -12,6 +12,8 @@ packages=(
   libcurl4-openssl-dev doctest-dev libmimalloc-dev
   # test drivers and servers
   python3 python3-msgpack python3-websockets redis-server procps util-linux
+  # the dashboard's browser test (tests/browser): headless chromium, driven by playwright-core
+  chromium
   # packaging
   dpkg-dev file rpm
 )
@@ -22,4 +24,14 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
-echo "install-deps.sh: ${#packages[@]} packages present"
+# node and npm for tests/browser: Debian's nodejs is enough; a node already on the
+# machine (any other packaging) is kept.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
+echo "install-deps.sh: ${#packages[@]} packages present, node $(node --version)"
+# playwright-core, exactly as package-lock.json pins it (it downloads no browser:
+# the test launches /usr/bin/chromium).
+tests_browser="$(cd "$(dirname "$0")/.." && pwd)/tests/browser"
+(cd "$tests_browser" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error)
+echo "install-deps.sh: tests/browser/node_modules ready"

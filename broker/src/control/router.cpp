@@ -110,8 +110,17 @@ HttpResponse Router::dispatch(const HttpRequest& req, Fleet& fleet, const Broker
   const Match m = match(req.method, req.path);
   const bool open_by_option =
       options.metrics_open && m.route != nullptr && (m.route->flags & Route::kOpenByOption) != 0;
+  // The token may come as ?access_token= on kTokenInQuery routes (EventSource
+  // sends no headers); an Authorization header, when there is one, decides.
+  std::string from_query;
+  if (req.authorization.empty() && m.route != nullptr && (m.route->flags & Route::kTokenInQuery) != 0) {
+    const auto query = parse_query(req.query);
+    if (const auto t = query.find("access_token"); t != query.end()) from_query = "Bearer " + t->second;
+  }
+  const std::string_view authorization = from_query.empty() ? std::string_view(req.authorization)
+                                                            : std::string_view(from_query);
   AccessOutcome access;
-  if (!m.open && !open_by_option) access = authenticate(req.authorization, options.operators, options.token);
+  if (!m.open && !open_by_option) access = authenticate(authorization, options.operators, options.token);
   std::shared_ptr<AuditContext> audit;
   if (needs_operator(req.method)) {
     audit = std::make_shared<AuditContext>();

@@ -54,6 +54,9 @@ struct Route {
   static constexpr unsigned kNoHead = 2;
   // Open when ControlApiOptions::metrics_open says so (/metrics for Prometheus).
   static constexpr unsigned kOpenByOption = 4;
+  // The token may also come as ?access_token= (RFC 6750 2.3) when there is no
+  // Authorization header: a browser's EventSource cannot send headers.
+  static constexpr unsigned kTokenInQuery = 8;
 
   std::string_view method;   // "GET", "POST", ...
   std::string_view pattern;  // "/v1/rigs/{rig}/commands"; "/" is the root

@@ -38,7 +38,7 @@ constexpr Route kRoutes[] = {
 
     {"POST", "/v1/admin/drain", post_drain},
 
-    {"GET", "/v1/events", get_events, Route::kNoHead},
+    {"GET", "/v1/events", get_events, Route::kNoHead | Route::kTokenInQuery},
 };
 
 const Router& control_router() {

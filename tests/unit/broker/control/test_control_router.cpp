@@ -227,3 +227,39 @@ TEST_CASE("control API table: every path's Allow is what the API always answered
   CHECK(head.body.empty());
   CHECK(call("HEAD", "/v1/rigs/ghost").status == 404);
 }
+
+TEST_CASE("control API: /v1/events takes the token as ?access_token= (EventSource sends no header); no other path does") {
+  FakeFleet fleet;
+  BrokerMetrics metrics;
+  ControlApiOptions options;
+  options.token = "s3cret";
+  auto call = [&](const char* path, const char* query, std::string auth = {}) {
+    HttpRequest req;
+    req.method = "GET";
+    req.path = path;
+    req.query = query;
+    req.authorization = std::move(auth);
+    return fleetlink::broker::handle_control_request(req, fleet, metrics, options, 0);
+  };
+  HttpResponse r = call("/v1/events", "access_token=s3cret");
+  CHECK(r.status == 200);
+  CHECK(r.event_stream);
+  r = call("/v1/events", "types=command_done&access_token=s3cret&cmd=c-1");
+  CHECK(r.status == 200);
+  CHECK(r.event_cmd_id == "c-1");
+  CHECK(call("/v1/events", "access_token=s3cre%74").status == 200);  // percent-decoded like any query value
+  r = call("/v1/events", "access_token=wrong");
+  CHECK(r.status == 401);
+  CHECK(nlohmann::json::parse(r.body)["reason"] == "bad_token");
+  r = call("/v1/events", "access_token=");
+  CHECK(r.status == 401);
+  CHECK(nlohmann::json::parse(r.body)["reason"] == "missing_token");
+  CHECK(call("/v1/events", "").status == 401);
+  // A header, when there is one, is what counts.
+  CHECK(call("/v1/events", "access_token=s3cret", "Bearer wrong").status == 401);
+  CHECK(call("/v1/events", "access_token=wrong", "Bearer s3cret").status == 200);
+  // Only the event stream: every other path still needs the header.
+  CHECK(call("/v1/rigs", "access_token=s3cret").status == 401);
+  CHECK(call("/v1/jobs", "access_token=s3cret").status == 401);
+  CHECK(call("/metrics", "access_token=s3cret").status == 401);
+}
