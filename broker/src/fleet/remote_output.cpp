@@ -38,18 +38,21 @@ void RemoteOutputs::forget(std::string_view cmd_id) {
 
 void RemoteOutputs::overlay(CommandView& v) const {
   const auto it = entries_.find(v.cmd_id);
-  if (it == entries_.end() || it->second.end <= v.stream_next_offset) return;
+  if (it == entries_.end()) return;
   const Entry& entry = it->second;
-  // The record's tail and what was heard, joined where they meet.
+  const std::uint64_t next = v.stream_next_offset;
+  // What each holds: the record [record_from, next) (a stored record may count
+  // bytes whose tail it does not carry), what was heard [heard_from, entry.end).
+  const std::uint64_t record_from = next - std::min<std::uint64_t>(next, v.streamed_output.size());
   const std::uint64_t heard_from = entry.end - entry.tail.size();
-  if (heard_from <= v.stream_next_offset && v.stream_next_offset - heard_from <= entry.tail.size()) {
-    v.streamed_output.append(entry.tail, static_cast<std::size_t>(v.stream_next_offset - heard_from),
-                             std::string::npos);
+  if (entry.end < next || (entry.end == next && heard_from >= record_from)) return;  // the record has as much
+  if (heard_from <= record_from || heard_from > next) {
+    v.streamed_output = entry.tail;  // what was heard covers the record's tail, or starts after a gap
   } else {
-    v.streamed_output = entry.tail;
+    v.streamed_output.append(entry.tail, static_cast<std::size_t>(next - heard_from), std::string::npos);
   }
   if (v.streamed_output.size() > tail_bytes_) v.streamed_output.erase(0, v.streamed_output.size() - tail_bytes_);
-  v.streamed_bytes += entry.end - v.stream_next_offset;
+  if (entry.end > next) v.streamed_bytes += entry.end - next;
   v.stream_next_offset = entry.end;
 }
 

@@ -67,3 +67,13 @@ TEST_CASE("remote output: heard after a gap, the tail starts again there; bounde
   heard.add(FleetEvent{EventType::command_done, "rig-1", "c9", "succeeded", 1, 0});
   CHECK(heard.size() == 1);
 }
+
+TEST_CASE("remote output: a stored record that counts bytes without their tail gets the tail heard") {
+  RemoteOutputs heard;
+  heard.add(chunk("c1", 0, "step 1\n"));
+  CommandView v = record("c1", "", 7);  // the owner's record: 7 bytes streamed, the tail not stored
+  heard.overlay(v);
+  CHECK(v.streamed_output == "step 1\n");
+  CHECK(v.stream_next_offset == 7);
+  CHECK(v.streamed_bytes == 7);
+}
