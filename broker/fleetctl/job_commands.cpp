@@ -1,6 +1,6 @@
 #include "job_commands.hpp"
 
-#include "arg_checks.hpp"
+#include "cli_checks.hpp"
 
 #include <unistd.h>
 
@@ -291,15 +291,10 @@ int job_cancel(JobCli& cli, const std::string& job_id) {
 
 JobCommands::JobCommands(CLI::App& app) {
   const CLI::Validator share_validator(share_check, "N|P%");
-  // Plain words for bad numbers (arg_checks.hpp), not CLI11's bounds.
-  const auto whole = [](long min, long max) {
-    return CLI::Validator([min, max](std::string& text) { return check_whole_number(text, min, max); }, "");
-  };
-  const CLI::Validator positive([](std::string& text) { return check_positive_number(text); }, "");
-  constexpr long kWeek = 7L * 24 * 3600;
+  const CLI::Validator positive = positive_number();
   jobs_ = app.add_subcommand("jobs", "list jobs, newest first (the same as: job list)");
   jobs_->add_option("--state", state_, "only jobs in this state (running, done, stopped, expired, cancelled)");
-  jobs_->add_option("--limit", limit_, "at most this many (default 100, at most 1000)")->check(whole(1, 1000));
+  jobs_->add_option("--limit", limit_, "at most this many (default 100, at most 1000)")->check(whole_number(1, 1000));
 
   job_ = app.add_subcommand("job",
                             "fan-out jobs: create, list, show, watch, cancel (job JOB_ID is job show JOB_ID)");
@@ -324,12 +319,12 @@ JobCommands::JobCommands(CLI::App& app) {
       ->check(share_validator);
   create_->add_option("--deadline-s", spec_.deadline_s,
                       "seconds until it ends whatever its rigs do (default: the longest its commands can take)")
-      ->check(whole(1, kWeek));
+      ->check(whole_number(1, kWeekSeconds));
   create_->add_option("--deliver-within", spec_.deliver_within_s,
                       "seconds for each command to be acknowledged (default: the kind's)")
-      ->check(whole(1, kWeek));
+      ->check(whole_number(1, kWeekSeconds));
   create_->add_option("--cmd-timeout", spec_.timeout_s, "seconds for each command's result (default: the kind's)")
-      ->check(whole(1, kWeek));
+      ->check(whole_number(1, kWeekSeconds));
   create_->add_flag("--hold", spec_.hold, "listed rigs never seen: hold their commands until they connect");
   create_->add_flag("--dry-run", dry_run_, "show which rigs the targets select, with their state; send nothing");
   create_->add_flag("--watch", watch_flag_, "follow it with a progress line, then its rigs; exit 1 unless all ok");
@@ -339,7 +334,7 @@ JobCommands::JobCommands(CLI::App& app) {
 
   list_ = job_->add_subcommand("list", "list jobs, newest first (the store's history)");
   list_->add_option("--state", state_, "only jobs in this state (running, done, stopped, expired, cancelled)");
-  list_->add_option("--limit", limit_, "at most this many (default 100, at most 1000)")->check(whole(1, 1000));
+  list_->add_option("--limit", limit_, "at most this many (default 100, at most 1000)")->check(whole_number(1, 1000));
 
   show_ = job_->add_subcommand("show", "a job's counts, state and deadline, then every rig's outcome, exit code "
                                        "and first line of output");

@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "arg_checks.hpp"
+#include "cli_checks.hpp"
 #include "common/build_info.hpp"
 #include "control_client.hpp"
 #include "exit_codes.hpp"
@@ -530,12 +530,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", fleetlink::build_info::version_line("fleetctl"));
   // Checks that say what is wrong in plain words (CLI11's own print their bounds as
   // "[0 - 1.79769e+308]"); the option's name goes before the message.
-  constexpr long kWeek = 7L * 24 * 3600;
   constexpr long kNoMax = std::numeric_limits<long>::max();
-  const auto whole = [](long min, long max) {
-    return CLI::Validator([min, max](std::string& text) { return check_whole_number(text, min, max); }, "");
-  };
-  const CLI::Validator positive([](std::string& text) { return check_positive_number(text); }, "");
+  const CLI::Validator positive = positive_number();
   app.require_subcommand(1);
   app.fallthrough();
   app.add_option("--control", g.control, "control API base URL")
@@ -584,13 +580,13 @@ int main(int argc, char** argv) {
   send->add_option("--deadline", fan.deadline_s,
                    "job: seconds until it ends whatever its rigs do; unacknowledged or unanswered rigs are "
                    "then silent (default: the longest its commands can take, at most 7 days)")
-      ->check(whole(1, kWeek));
+      ->check(whole_number(1, kWeekSeconds));
   send->add_option("--deliver-within", deadlines.deliver_within_s,
                    "seconds for the command to be acknowledged, else undeliverable (default: the kind's)")
-      ->check(whole(1, kWeek));
+      ->check(whole_number(1, kWeekSeconds));
   send->add_option("--cmd-timeout", deadlines.timeout_s,
                    "seconds for the command's result once acknowledged, else timed_out (default: the kind's)")
-      ->check(whole(1, kWeek));
+      ->check(whole_number(1, kWeekSeconds));
   send->add_option("--idempotency-key", deadlines.idempotency_key,
                    "a key of the caller's: sending again with it returns the existing command, never a second one");
   send->add_option("--cmd-id", deadlines.cmd_id,
@@ -599,7 +595,7 @@ int main(int argc, char** argv) {
                  "for a rig the broker has never seen: hold the command until it connects (deliver-within), "
                  "instead of unknown_rig");
   send->add_option("--lines", lines, "dmesg: number of lines (args.lines)")
-      ->check(whole(0, std::numeric_limits<int>::max()));
+      ->check(whole_number(0, std::numeric_limits<int>::max()));
   send->add_option("--arg", args, "extra argument key=value (repeatable)");
   send->add_flag("--wait", wait,
                  "wait for the result and print its output; a job: follow it to its end, exit 1 unless every "
@@ -630,13 +626,13 @@ int main(int argc, char** argv) {
   auto* drain = app.add_subcommand("drain", "drain the broker: GOAWAY every rig over a window");
   long window_ms = -1;
   drain->add_option("--window-ms", window_ms, "spread reconnects over this many ms (default: the broker's drain-window-ms)")
-      ->check(whole(0, kNoMax));
+      ->check(whole_number(0, kNoMax));
 
   auto* events = app.add_subcommand("events", "stream live fleet events (Server-Sent Events)");
   long max_events = 0;
   events->add_option("--count", max_events, "stop after this many events (0: never)")
       ->capture_default_str()
-      ->check(whole(0, kNoMax));
+      ->check(whole_number(0, kNoMax));
 
   auto* health = app.add_subcommand("health", "check /healthz and /readyz");
 
