@@ -1,5 +1,7 @@
 #include "common/log.hpp"
 
+#include "common/log_repeat.hpp"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +11,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <mutex>
+#include <vector>
 
 namespace fleetlink::log {
 namespace {
@@ -31,7 +35,81 @@ const char* padded_name(Level l) noexcept {
   return "?    ";
 }
 
+// The one limiter of the process, on the monotonic clock.
+std::mutex g_repeat_mu;
+RepeatLimiter& repeat_limiter() {
+  static RepeatLimiter limiter;
+  return limiter;
+}
+std::uint64_t steady_ms() noexcept {
+  using namespace std::chrono;
+  return static_cast<std::uint64_t>(duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count());
+}
+
+void write_suppressed(const std::vector<SuppressedLines>& due) {
+  for (const auto& s : due)
+    if (enabled(s.level)) write(s.level, suppressed_text(s));
+}
+
+// Whether a line under key goes out; the counts that came due are written first.
+bool admit_limited(std::string_view key, Level level) {
+  std::vector<SuppressedLines> due;
+  bool admitted = false;
+  {
+    std::lock_guard lock(g_repeat_mu);
+    admitted = repeat_limiter().admit(key, level, steady_ms(), due);
+  }
+  write_suppressed(due);
+  return admitted;
+}
+
+std::string vformat(const char* fmt, va_list ap) {
+  va_list again;
+  va_copy(again, ap);
+  char msg[1024];
+  const int n = std::vsnprintf(msg, sizeof msg, fmt, ap);
+  std::string out;
+  if (n >= 0 && static_cast<std::size_t>(n) < sizeof msg) {
+    out.assign(msg, static_cast<std::size_t>(n));
+  } else if (n > 0) {
+    // Rare (an error detail of several KB): formatted again into a buffer that fits,
+    // so a long line is never cut.
+    out.resize(static_cast<std::size_t>(n) + 1);
+    const int m = std::vsnprintf(out.data(), out.size(), fmt, again);
+    out.resize(m < 0 ? 0 : std::min(out.size() - 1, static_cast<std::size_t>(m)));
+  }
+  va_end(again);
+  return out;
+}
+
 }  // namespace
+
+void set_repeat_policy(const RepeatPolicy& policy) {
+  std::lock_guard lock(g_repeat_mu);
+  repeat_limiter().set_policy(policy);
+}
+
+void write_limited(std::string_view key, Level level, std::string_view text) {
+  if (admit_limited(key, level)) write(level, text);
+}
+
+void writef_limited(std::string_view key, Level level, const char* fmt, ...) {
+  if (!admit_limited(key, level)) return;
+  va_list ap;
+  va_start(ap, fmt);
+  const std::string text = vformat(fmt, ap);
+  va_end(ap);
+  if (!text.empty()) write(level, text);
+}
+
+void flush_suppressed(bool all) {
+  std::vector<SuppressedLines> due;
+  {
+    std::lock_guard lock(g_repeat_mu);
+    repeat_limiter().collect(steady_ms(), all, due);
+  }
+  write_suppressed(due);
+}
 
 bool parse_level(std::string_view text, Level& out) noexcept {
   if (text == "debug") out = Level::debug;
@@ -102,28 +180,11 @@ void write(Level level, std::string_view text) {
 }
 
 void writef(Level level, const char* fmt, ...) {
-  char msg[1024];
   va_list ap;
   va_start(ap, fmt);
-  va_list again;
-  va_copy(again, ap);
-  const int n = std::vsnprintf(msg, sizeof msg, fmt, ap);
+  const std::string text = vformat(fmt, ap);
   va_end(ap);
-  if (n >= 0 && static_cast<std::size_t>(n) < sizeof msg) {
-    va_end(again);
-    write(level, std::string_view(msg, static_cast<std::size_t>(n)));
-    return;
-  }
-  // Rare (an error detail of several KB): formatted again into a buffer that fits,
-  // so a long line is never cut.
-  std::string big;
-  if (n > 0) {
-    big.resize(static_cast<std::size_t>(n) + 1);
-    const int m = std::vsnprintf(big.data(), big.size(), fmt, again);
-    big.resize(m < 0 ? 0 : std::min(big.size() - 1, static_cast<std::size_t>(m)));
-  }
-  va_end(again);
-  if (!big.empty()) write(level, big);
+  if (!text.empty()) write(level, text);
 }
 
 }  // namespace fleetlink::log

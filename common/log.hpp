@@ -36,6 +36,18 @@ std::string format_line(Level level, std::string_view text, bool journal, std::u
 void write(Level level, std::string_view text);
 void writef(Level level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
+// Lines that repeat (common/log_repeat.hpp): at most policy.lines per key in
+// each interval, then one line with the count of the rest. The key says what the
+// line is about ("enqueue refused rig=rig-0414"), so one rig's flood never hides
+// another's first warning. Thread-safe; a suppressed line is not even formatted.
+struct RepeatPolicy;
+void set_repeat_policy(const RepeatPolicy& policy);
+void write_limited(std::string_view key, Level level, std::string_view text);
+void writef_limited(std::string_view key, Level level, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+// Writes the counts of intervals that have ended (all: every count, ended or not,
+// as a daemon stops). For a periodic timer; limited lines also do it as they come.
+void flush_suppressed(bool all = false);
+
 // ISO-8601 UTC with milliseconds: "2026-11-29T20:31:46.123Z".
 std::string iso8601_ms(std::uint64_t unix_ms);
 // The system clock in Unix milliseconds.
@@ -48,6 +60,13 @@ std::uint64_t wall_ms() noexcept;
     if (::fleetlink::log::enabled(level))                   \
       ::fleetlink::log::writef(level, __VA_ARGS__);         \
   } while (0)
+#define FL_LOG_LIMITED(key, level, ...)                     \
+  do {                                                      \
+    if (::fleetlink::log::enabled(level))                   \
+      ::fleetlink::log::writef_limited(key, level, __VA_ARGS__); \
+  } while (0)
+#define FL_WARN_LIMITED(key, ...) FL_LOG_LIMITED(key, ::fleetlink::log::Level::warn, __VA_ARGS__)
+#define FL_INFO_LIMITED(key, ...) FL_LOG_LIMITED(key, ::fleetlink::log::Level::info, __VA_ARGS__)
 #define FL_DEBUG(...) FL_LOG(::fleetlink::log::Level::debug, __VA_ARGS__)
 #define FL_INFO(...) FL_LOG(::fleetlink::log::Level::info, __VA_ARGS__)
 #define FL_WARN(...) FL_LOG(::fleetlink::log::Level::warn, __VA_ARGS__)

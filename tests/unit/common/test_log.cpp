@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/log.hpp"
+#include "common/log_repeat.hpp"
 
 namespace log = fleetlink::log;
 
@@ -107,4 +108,19 @@ TEST_CASE("a long formatted line is not cut") {
   const std::string detail(5000, 'x');
   const std::string out = capture_stderr([&] { FL_ERROR("cannot start: %s", detail.c_str()); });
   CHECK(out == "<3>cannot start: " + detail + "\n");
+}
+
+TEST_CASE("limited lines: the process-wide limiter writes N per key, then the count at flush") {
+  JournalMode journal;
+  log::set_repeat_policy(log::RepeatPolicy{2, 3'600'000});
+  const std::string out = capture_stderr([] {
+    for (int i = 0; i < 5; ++i) FL_WARN_LIMITED("unit flood", "flood line %d", i);
+    FL_WARN_LIMITED("unit other", "other line");
+    log::write_limited("unit flood", log::Level::warn, "not written");
+    log::flush_suppressed(true);
+  });
+  log::set_repeat_policy(log::RepeatPolicy{});
+  CHECK(out ==
+        "<4>flood line 0\n<4>flood line 1\n<4>other line\n"
+        "<4>unit flood: suppressed 4 similar lines in the last 1 s\n");
 }
