@@ -29,11 +29,11 @@ void RepeatLimiter::set_policy(RepeatPolicy policy) {
 bool RepeatLimiter::admit(std::string_view key, Level level, std::uint64_t now_ms,
                           std::vector<SuppressedLines>& due) {
   if (policy_.lines == 0) return true;
-  if (now_ms >= next_due_ms_) collect(now_ms, false, due);
+  if (now_ms >= next_due_ms_) expire(now_ms, false, due);
   auto it = windows_.find(key);
   if (it == windows_.end()) {
     // The last place is kept for the shared key.
-    if (windows_.size() + 1 >= max_keys_) collect(now_ms, false, due);  // ended windows make room
+    if (windows_.size() + 1 >= max_keys_) expire(now_ms, false, due);  // ended windows make room
     if (windows_.size() + 1 >= max_keys_) {
       it = windows_.find(kOverflowKey);
       if (it == windows_.end()) it = windows_.emplace(std::string(kOverflowKey), Window{now_ms, 0, 0, level}).first;
@@ -57,6 +57,11 @@ bool RepeatLimiter::admit(std::string_view key, Level level, std::uint64_t now_m
 }
 
 void RepeatLimiter::collect(std::uint64_t now_ms, bool all, std::vector<SuppressedLines>& due) {
+  // Cheap when nothing is due: a periodic timer calls this often.
+  if (all || now_ms >= next_due_ms_) expire(now_ms, all, due);
+}
+
+void RepeatLimiter::expire(std::uint64_t now_ms, bool all, std::vector<SuppressedLines>& due) {
   next_due_ms_ = std::numeric_limits<std::uint64_t>::max();
   for (auto it = windows_.begin(); it != windows_.end();) {
     Window& w = it->second;

@@ -68,6 +68,8 @@ class RepeatLimiter {
     std::uint64_t suppressed = 0;
     Level level = Level::warn;
   };
+  // collect() without the shortcut: also forgets ended intervals without suppressed lines.
+  void expire(std::uint64_t now_ms, bool all, std::vector<SuppressedLines>& due);
   bool ended(const Window& w, std::uint64_t now_ms) const noexcept {
     return now_ms - w.start_ms >= policy_.interval_ms;
   }

@@ -12,6 +12,7 @@
 #include "app/stores.hpp"
 #include "store/embedded_registry.hpp"
 #include "common/log.hpp"
+#include "common/log_repeat.hpp"
 #include "observe/metrics.hpp"
 
 #if defined(FLEETLINK_BROKER_MIMALLOC)
@@ -73,6 +74,8 @@ int main(int argc, char** argv) {
   BrokerConfig cfg = std::move(parsed.config);
   ConfigReport report = std::move(parsed.report);
   fleetlink::log::set_level(cfg.log_level);
+  fleetlink::log::set_repeat_policy(
+      fleetlink::log::RepeatPolicy{cfg.log_repeat_limit, std::uint64_t{cfg.log_repeat_interval_s} * 1000});
   ConfigReport checked = validate(cfg);
   report.errors.insert(report.errors.end(), checked.errors.begin(), checked.errors.end());
   report.warnings.insert(report.warnings.end(), checked.warnings.begin(), checked.warnings.end());
@@ -132,6 +135,7 @@ int main(int argc, char** argv) {
     uv_run(&loop, UV_RUN_DEFAULT);
     uv_loop_close(&loop);
   }
+  fleetlink::log::flush_suppressed(true);
   FL_INFO("exit %d", exit_code);
   return exit_code;
 }

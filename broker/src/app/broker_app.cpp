@@ -222,8 +222,13 @@ void BrokerApp::start_timers_and_signals() {
   uv_timer_init(loop_, &sweep_timer_);
   sweep_timer_.data = this;
   const std::uint64_t slice_ms = core_.sweep_interval_ms();
-  uv_timer_start(&sweep_timer_, [](uv_timer_t* t) { static_cast<BrokerApp*>(t->data)->core_.sweep(); }, slice_ms,
-                 slice_ms);
+  uv_timer_start(
+      &sweep_timer_,
+      [](uv_timer_t* t) {
+        static_cast<BrokerApp*>(t->data)->core_.sweep();
+        log::flush_suppressed();  // the counts of repeated warnings whose interval ended
+      },
+      slice_ms, slice_ms);
   uv_timer_init(loop_, &store_timer_);
   store_timer_.data = this;
   uv_timer_start(&store_timer_, [](uv_timer_t* t) { static_cast<BrokerApp*>(t->data)->core_.commit_if_due(); },

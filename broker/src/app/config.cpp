@@ -57,6 +57,8 @@ constexpr Limit kLimits[] = {
     {"mesh-answer-ms", 100, 60000},
     {"reconcile-grace-ms", 1, 3'600'000},
     {"cancel-grace-ms", 1, 3'600'000},
+    {"log-repeat-limit", 0, 1'000'000},
+    {"log-repeat-interval-s", 1, 86400},
 };
 
 // Rates and bursts (per second, in tokens): anything above is a typo, and infinity is no rate.
@@ -346,6 +348,10 @@ ParseOutcome parse_command_line(int argc, const char* const* argv) {
   r.whole("cancel-grace-ms", cfg.cancel_grace_ms, "a CANCEL unanswered this long ends the command cancelled");
   app.add_flag("--strict", cfg.strict, "unknown message types close 4422 (default: off, counted and ignored)");
   app.add_option("--log-level", cfg.log_level_name)->type_name("TEXT:{" + joined(kLogLevels, ",") + "}");
+  r.whole("log-repeat-limit", cfg.log_repeat_limit,
+          "a warning about one thing (one rig's refused commands...) is logged at most this often per "
+          "log-repeat-interval-s, then counted (0: no limit)");
+  r.whole("log-repeat-interval-s", cfg.log_repeat_interval_s, "the interval of log-repeat-limit");
   app.add_flag("--check-config", cfg.check_config,
                "check the configuration (every value, the files it names), explain every problem, exit 0 or 2; "
                "opens no socket and no store");
@@ -452,6 +458,8 @@ ConfigReport validate(const BrokerConfig& cfg) {
       {"mesh-answer-ms", cfg.mesh_answer_ms},
       {"reconcile-grace-ms", cfg.reconcile_grace_ms},
       {"cancel-grace-ms", cfg.cancel_grace_ms},
+      {"log-repeat-limit", cfg.log_repeat_limit},
+      {"log-repeat-interval-s", cfg.log_repeat_interval_s},
   };
   for (const auto& [key, value] : wholes) {
     const Limit* l = limit_of(key);

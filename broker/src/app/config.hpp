@@ -75,6 +75,9 @@ struct BrokerConfig {
   bool strict = false;
   std::string log_level_name = "info";
   log::Level log_level = log::Level::info;
+  // Repeated warnings (common/log.hpp): at most this many lines per thing per interval.
+  std::uint32_t log_repeat_limit = 10;
+  std::uint32_t log_repeat_interval_s = 60;
 
   // Where the settings came from, for messages that name the file and key.
   std::string config_file;                      // "" : flags only

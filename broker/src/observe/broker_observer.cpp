@@ -12,6 +12,8 @@ namespace {
 const char* rig_of(const RigSession& s) { return s.rig_id.empty() ? "-" : s.rig_id.c_str(); }
 std::string text(std::string_view v) { return std::string(v); }
 unsigned long long ull(std::uint64_t v) { return static_cast<unsigned long long>(v); }
+// The key a repeated line is limited under (common/log.hpp): what it says, of which rig.
+std::string key(std::string_view what, const RigSession& s) { return std::string(what) + " rig=" + rig_of(s); }
 }  // namespace
 
 void BrokerObserver::upgrade_admitted() { ++metrics_.connections_accepted; }
@@ -44,7 +46,9 @@ void BrokerObserver::frame_written(const RigSession& /*s*/, OutboundKind kind) {
 
 void BrokerObserver::written_directly() { ++metrics_.direct_writes; }
 
-void BrokerObserver::write_failed(const RigSession& s) { FL_WARN("rig=%s write failed: closing", rig_of(s)); }
+void BrokerObserver::write_failed(const RigSession& s) {
+  FL_WARN_LIMITED(key("write failed", s), "rig=%s write failed: closing", rig_of(s));
+}
 
 void BrokerObserver::frame_received(const RigSession& /*s*/) { ++metrics_.frames_in; }
 
@@ -56,18 +60,20 @@ void BrokerObserver::frame_refused(const RigSession& s, const FrameFault& fault,
   }
   ++metrics_.frames_rejected;
   if (fault.code == CloseCode::rate_limited) {
-    FL_WARN("rig=%s over the inbound rate limit (%.0f/s, burst %.0f)", rig_of(s), limits_.rig_rate,
-            limits_.rig_burst);
+    FL_WARN_LIMITED(key("over the inbound rate limit", s), "rig=%s over the inbound rate limit (%.0f/s, burst %.0f)",
+                    rig_of(s), limits_.rig_rate, limits_.rig_burst);
   } else if (!s.rig_id.empty()) {  // before HELLO, hello_unusable() said it
-    FL_WARN("rig=%s %s%s%s", rig_of(s), fault.reason.c_str(), detail.empty() ? "" : ": ", text(detail).c_str());
+    FL_WARN_LIMITED(key("frame refused", s), "rig=%s %s%s%s", rig_of(s), fault.reason.c_str(),
+                    detail.empty() ? "" : ": ", text(detail).c_str());
   }
 }
 
 void BrokerObserver::hello_unusable(std::string_view peer, std::string_view subject, const FrameFault& fault,
                                     std::string_view detail) {
   ++metrics_.hellos["malformed"];
-  FL_WARN("unusable HELLO from %s subject=%s: %s (%s)", text(peer).c_str(), text(subject).c_str(),
-          fault.reason.c_str(), text(detail).c_str());
+  // By certificate subject: one misconfigured rig reconnecting in a loop is one key.
+  FL_WARN_LIMITED("unusable HELLO subject=" + text(subject), "unusable HELLO from %s subject=%s: %s (%s)",
+                  text(peer).c_str(), text(subject).c_str(), fault.reason.c_str(), text(detail).c_str());
 }
 
 void BrokerObserver::hello(const RigSession& /*s*/, const msg::Hello& hello, const HelloDecision& d,
@@ -77,7 +83,8 @@ void BrokerObserver::hello(const RigSession& /*s*/, const msg::Hello& hello, con
     FL_INFO("hello rig=%s boot=%s version=%s peer=%s outcome=%s", hello.rig_id.c_str(), hello.boot_id.c_str(),
             hello.agent_version.c_str(), text(peer).c_str(), to_string(d.verdict));
   } else {
-    FL_WARN("hello refused rig=%s boot=%s peer=%s subject=%s outcome=%s: %s", hello.rig_id.c_str(),
+    FL_WARN_LIMITED("hello refused rig=" + hello.rig_id + " subject=" + text(subject),
+                    "hello refused rig=%s boot=%s peer=%s subject=%s outcome=%s: %s", hello.rig_id.c_str(),
             hello.boot_id.c_str(), text(peer).c_str(), text(subject).c_str(), to_string(d.verdict), d.reason.c_str());
   }
 }
@@ -93,7 +100,7 @@ void BrokerObserver::mesh_note(std::string_view kind, std::string_view /*from*/)
 
 void BrokerObserver::registry_unavailable(std::string_view rig_id, std::string_view why) {
   ++metrics_.registry_unavailable;
-  FL_WARN("rig=%.*s registry unavailable (%.*s): served here, registered when it is back",
+  FL_WARN_LIMITED("registry unavailable", "rig=%.*s registry unavailable (%.*s): served here, registered when it is back",
           static_cast<int>(rig_id.size()), rig_id.data(), static_cast<int>(why.size()), why.data());
 }
 
@@ -130,7 +137,8 @@ void BrokerObserver::command_enqueued(const RigSession& s, const CommandView& v,
 void BrokerObserver::enqueue_refused(const EnqueueFailure& f) {
   ++metrics_.commands_rejected;
   if (f.error == EnqueueError::rig_unresponsive)
-    FL_WARN("enqueue refused rig=%s: %s", f.rig_id.c_str(), f.detail.c_str());
+    FL_WARN_LIMITED("enqueue refused rig=" + f.rig_id, "enqueue refused rig=%s: %s", f.rig_id.c_str(),
+                    f.detail.c_str());
 }
 
 void BrokerObserver::acked(const RigSession& s, const msg::Ack& ack, std::uint64_t latency_ms) {
@@ -148,7 +156,8 @@ void BrokerObserver::nacked(const RigSession& s, const msg::Nack& nack) {
 
 void BrokerObserver::unknown_answer(const RigSession& s, std::string_view what, std::uint64_t seq,
                                     std::string_view cmd_id) {
-  FL_WARN("rig=%s %s for unknown seq=%llu cmd=%s", rig_of(s), text(what).c_str(), ull(seq), text(cmd_id).c_str());
+  FL_WARN_LIMITED(key("answers for unknown commands", s), "rig=%s %s for unknown seq=%llu cmd=%s", rig_of(s),
+                  text(what).c_str(), ull(seq), text(cmd_id).c_str());
 }
 
 void BrokerObserver::result(const RigSession& s, const msg::Result& r) {
@@ -158,12 +167,14 @@ void BrokerObserver::result(const RigSession& s, const msg::Result& r) {
 }
 
 void BrokerObserver::result_refused(const RigSession& s, std::string_view cmd_id, std::string_view why) {
-  FL_WARN("rig=%s result for cmd=%s ignored: %s", rig_of(s), text(cmd_id).c_str(), text(why).c_str());
+  FL_WARN_LIMITED(key("results ignored", s), "rig=%s result for cmd=%s ignored: %s", rig_of(s),
+                  text(cmd_id).c_str(), text(why).c_str());
 }
 
 void BrokerObserver::output_lost(const RigSession& s, const CommandView& v, std::uint64_t lost, std::uint64_t dropped) {
-  FL_WARN("rig=%s cmd=%s: %llu output bytes lost in transit (stream gaps %llu, rig counted %llu dropped)",
-          rig_of(s), v.cmd_id.c_str(), ull(lost), ull(v.stream_gap_bytes), ull(dropped));
+  FL_WARN_LIMITED(key("output lost in transit", s),
+                  "rig=%s cmd=%s: %llu output bytes lost in transit (stream gaps %llu, rig counted %llu dropped)",
+                  rig_of(s), v.cmd_id.c_str(), ull(lost), ull(v.stream_gap_bytes), ull(dropped));
 }
 
 void BrokerObserver::output_gap(const RigSession& s, std::string_view cmd_id, std::uint64_t expected,
@@ -174,8 +185,10 @@ void BrokerObserver::output_gap(const RigSession& s, std::string_view cmd_id, st
 
 void BrokerObserver::command_unacked(const RigSession& s, const OutboxEntry& e) {
   ++metrics_.commands_unacked;
-  FL_INFO("command unacknowledged rig=%s seq=%llu cmd=%s: the connection ended first; it goes again on the next one",
-          rig_of(s), ull(e.seq), e.cmd_id.c_str());
+  // A frozen rig's connection ends with its whole outbox unacknowledged (128 by default).
+  FL_INFO_LIMITED(key("commands unacknowledged", s),
+                  "command unacknowledged rig=%s seq=%llu cmd=%s: the connection ended first; it goes again on the next one",
+                  rig_of(s), ull(e.seq), e.cmd_id.c_str());
 }
 
 void BrokerObserver::command_finished(const CommandView& v) {
