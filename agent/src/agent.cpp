@@ -9,6 +9,7 @@
 #include "dmesg_executor.hpp"
 #include "fleetlink/uuid.hpp"
 #include "fleetlink/version.hpp"
+#include "orphan_groups.hpp"
 #include "plugin_loader.hpp"
 #include "reboot_executor.hpp"
 #include "suite_config.hpp"
@@ -108,6 +109,14 @@ log::Level from_syslog(int level) {
   return log::Level::debug;
 }
 
+// What a line of the session is about, to limit its repeats: its first two words
+// ("connection to", "reconnect in", "broker busy", "closing connection").
+std::string session_line_key(std::string_view line) {
+  std::size_t end = line.find(' ');
+  if (end != std::string_view::npos) end = line.find(' ', end + 1);
+  return "session: " + std::string(line.substr(0, std::min(end, line.size())));
+}
+
 StringMap parse_labels(const std::vector<std::string>& labels) {
   StringMap out;
   for (const auto& l : labels) {
@@ -123,7 +132,8 @@ StringMap parse_labels(const std::vector<std::string>& labels) {
 // ------------------------------------------------------------------ registry
 
 Expected<std::shared_ptr<ExecutorRegistry>> build_registry(const AgentConfig& cfg,
-                                                           std::vector<std::string>* warnings) {
+                                                           std::vector<std::string>* warnings,
+                                                           std::shared_ptr<ProcessGroupRecord> groups) {
   auto reg = std::make_shared<ExecutorRegistry>();
   DmesgOptions dopts;
   dopts.default_lines = cfg.dmesg_default_lines;
@@ -139,7 +149,7 @@ Expected<std::shared_ptr<ExecutorRegistry>> build_registry(const AgentConfig& cf
     if (!t) return make_error(Errc::invalid_argument, config_origin(cfg, "suites") + ": " + t.error().detail);
     suites = std::move(*t);
   }
-  reg->add(std::make_shared<SuiteExecutor>(std::move(suites)));
+  reg->add(std::make_shared<SuiteExecutor>(std::move(suites), 8, groups));
   if (!cfg.plugin_dir.empty()) {
     PluginHostInfo host;
     host.agent_version = kVersion;
@@ -149,6 +159,7 @@ Expected<std::shared_ptr<ExecutorRegistry>> build_registry(const AgentConfig& cf
     exec.timeout = std::chrono::seconds(cfg.plugin_timeout_s);
     exec.kill_grace = std::chrono::seconds(cfg.plugin_kill_grace_s);
     exec.max_running = cfg.plugin_max_running;
+    exec.groups = groups;
     PluginLoader loader(host, {}, exec);
     auto report = loader.load_dir(cfg.plugin_dir, reg->kinds());
     for (auto& p : report.loaded) {
@@ -251,10 +262,11 @@ Expected<void> Agent::init() {
     if (auto ok = ledger_->save(); !ok)
       return make_error(Errc::io, config_origin(cfg_, "state-dir") + ": " + ok.error().detail);
   }
+  if (auto ok = stop_orphans(); !ok) return ok.error();
   report_interrupted();
 
   std::vector<std::string> warnings;
-  auto reg = build_registry(cfg_, &warnings);
+  auto reg = build_registry(cfg_, &warnings, groups_);
   if (!reg) return reg.error();
   registry_ = std::move(*reg);
   for (const auto& w : warnings) FL_WARN("%s", w.c_str());
@@ -302,7 +314,10 @@ Expected<void> Agent::init() {
   h.on_message = [](const Message& m) { FL_DEBUG("ignoring %s from broker", type_name(m)); };
   h.on_log = [](int level, std::string_view line) {
     const log::Level lv = from_syslog(level);
-    if (log::enabled(lv)) log::write(lv, line);
+    if (!log::enabled(lv)) return;
+    // A reconnect loop says the same few things at every attempt: limited per kind of line.
+    if (lv == log::Level::debug) log::write(lv, line);
+    else log::write_limited(session_line_key(line), lv, line);
   };
   session_ = std::make_unique<ClientSession>(std::move(sc), std::move(h));
   if (auto ok = session_->validate(); !ok) return ok.error();
@@ -350,6 +365,28 @@ void Agent::store_result(const msg::Result& r) {
   if (!dropped.empty()) ledger_->results_dropped(dropped);
 }
 
+Expected<void> Agent::stop_orphans() {
+  groups_ = std::make_shared<ProcessGroupRecord>(state_dir_ / "process-groups", boot_id_);
+  if (auto ok = groups_->open(); !ok)
+    return make_error(Errc::io, config_origin(cfg_, "state-dir") + ": " + ok.error().detail);
+  const OrphanSweep sweep = stop_orphaned_groups(*groups_);
+  for (const auto& p : sweep.problems) FL_WARN("%s", p.c_str());
+  for (const auto& g : sweep.stopped) {
+    const GroupRecord& r = g.record;
+    if (g.left > 0)
+      FL_ERROR("cmd=%s: process group %d (%s) of agent boot_id=%s outlived it: %zu process(es) still alive "
+               "after SIGKILL; tried again at the next start",
+               r.cmd_id.c_str(), static_cast<int>(r.pgid), r.program.c_str(), r.agent_boot_id.c_str(), g.left);
+    else
+      FL_WARN("cmd=%s: process group %d (%s) of agent boot_id=%s outlived it: %zu process(es) stopped (%s)",
+              r.cmd_id.c_str(), static_cast<int>(r.pgid), r.program.c_str(), r.agent_boot_id.c_str(), g.processes,
+              g.killed ? "SIGTERM, then SIGKILL after its grace" : "SIGTERM");
+  }
+  if (sweep.gone > 0)
+    FL_INFO("%zu recorded process group(s) of an earlier agent process had ended by themselves", sweep.gone);
+  return {};
+}
+
 void Agent::report_interrupted() {
   std::set<std::string, std::less<>> spooled;
   for (const auto& [id, r] : spool_->pending()) spooled.insert(r.cmd_id);
@@ -381,6 +418,7 @@ void Agent::stop() {
 void Agent::on_welcome(const msg::Welcome& w) {
   welcomed_ = true;
   admission_->new_connection();
+  log::flush_suppressed();  // what a reconnect loop suppressed, now that it is over
   FL_INFO("welcome broker=%s session=%s url=%s", w.broker_id.c_str(), w.session_id.c_str(),
           session_->current_url().c_str());
   flush_spool();
@@ -390,7 +428,8 @@ void Agent::on_disconnected(std::uint16_t code, std::string_view reason) {
   const bool was = welcomed_;
   welcomed_ = false;
   if (was || code != 0)
-    FL_WARN("disconnected code=%u (%.*s) reason=%.*s", static_cast<unsigned>(code),
+    FL_WARN_LIMITED("disconnected code=" + std::to_string(code), "disconnected code=%u (%.*s) reason=%.*s",
+                    static_cast<unsigned>(code),
             static_cast<int>(close_code_name(code).size()), close_code_name(code).data(),
             static_cast<int>(reason.size()), reason.data());
   else
@@ -481,7 +520,8 @@ void Agent::on_command(const msg::Command& c) {
   AdmissionDecision d = admission_->decide(c, ledger_->window(), ledger_->now());
   switch (d.action) {
     case Admission::ignore:
-      FL_WARN("command ignored seq=%" PRIu64 " cmd=%s: %s", c.seq, c.cmd_id.c_str(), d.why.c_str());
+      FL_WARN_LIMITED("commands ignored", "command ignored seq=%" PRIu64 " cmd=%s: %s", c.seq, c.cmd_id.c_str(),
+                      d.why.c_str());
       return;
     case Admission::nack:
       send_refusal(d, c.seq, c.kind);
@@ -536,7 +576,8 @@ Recall Agent::answer_again(const std::string& cmd_id) {
 
 void Agent::send_refusal(const AdmissionDecision& d, std::uint64_t seq, std::string_view kind) {
   session_->send(Message{d.nack});
-  FL_WARN("nack seq=%" PRIu64 " cmd=%s kind=%.*s reason=%s: %s", seq, d.nack.cmd_id.c_str(),
+  FL_WARN_LIMITED("nack reason=" + std::string(fleetlink::to_string(d.nack.reason)) + " kind=" + std::string(kind),
+                  "nack seq=%" PRIu64 " cmd=%s kind=%.*s reason=%s: %s", seq, d.nack.cmd_id.c_str(),
           static_cast<int>(kind.size()), kind.data(), fleetlink::to_string(d.nack.reason), d.why.c_str());
   if (d.reconnect) {
     FL_WARN("sequence gap: expected seq %" PRIu64 ", got %" PRIu64 "; reconnecting (close 4412)",
@@ -551,7 +592,8 @@ void Agent::on_malformed_command(const CommandPeek& peek, std::string_view why) 
   // never run, and the connection goes on (PROTOCOL.md 3.5).
   const AdmissionDecision d = admission_->decide_malformed(peek, why);
   if (d.action == Admission::ignore) {
-    FL_WARN("undecodable command ignored seq=%" PRIu64 ": %s", peek.seq.value_or(0), d.why.c_str());
+    FL_WARN_LIMITED("undecodable commands ignored", "undecodable command ignored seq=%" PRIu64 ": %s",
+                    peek.seq.value_or(0), d.why.c_str());
     return;
   }
   send_refusal(d, peek.seq.value_or(0), "?");

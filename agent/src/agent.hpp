@@ -5,6 +5,8 @@
 //                     finished (fsync'd before each ACK: CommandLedger)
 //   results/          the last RESULTs by cmd_id, replayed for redelivered commands
 //   spool/            RESULTs finished while disconnected, sent after the next WELCOME
+//   process-groups/   the process group of each running suite and plugin, so the
+//                     next start stops what a killed agent left (process_groups.hpp)
 // Everything here runs on the session's loop thread; executors report from their
 // own threads through a Reporter that marshals into that loop.
 #include <chrono>
@@ -20,6 +22,7 @@
 #include "command_ledger.hpp"
 #include "config.hpp"
 #include "executor_registry.hpp"
+#include "process_groups.hpp"
 #include "fleetlink/client_session.hpp"
 #include "fleetlink/dedup_window.hpp"
 #include "result_store.hpp"
@@ -30,9 +33,11 @@ namespace fleetlink::agent {
 std::uint64_t now_unix_ms();
 
 // The executors this configuration provides (built-ins, suites, plugins).
-// Errors are configuration errors (a broken suites file...).
+// Errors are configuration errors (a broken suites file...). `groups`: where
+// suites and executable plugins record their process groups (none: not recorded).
 Expected<std::shared_ptr<ExecutorRegistry>> build_registry(const AgentConfig& cfg,
-                                                           std::vector<std::string>* warnings);
+                                                           std::vector<std::string>* warnings,
+                                                           std::shared_ptr<ProcessGroupRecord> groups = nullptr);
 // The kinds that may run: --allow (each must be known), or every known kind.
 Expected<KindSet> allowed_kinds(const AgentConfig& cfg, const ExecutorRegistry& registry);
 
@@ -70,6 +75,8 @@ class Agent {
   // sends what the record says and returns what that was (nothing for running and
   // never_seen: the caller decides).
   Recall answer_again(const std::string& cmd_id);
+  // At start: stops what an earlier agent process's children left running.
+  Expected<void> stop_orphans();
   // At start: RESULTs for what earlier processes accepted and never finished.
   void report_interrupted();
   // Into the result store; what it drops is told to the ledger.
@@ -85,6 +92,7 @@ class Agent {
   AgentConfig cfg_;
   std::string boot_id_;
   std::filesystem::path state_dir_;
+  std::shared_ptr<ProcessGroupRecord> groups_;
   std::shared_ptr<ExecutorRegistry> registry_;
   std::unique_ptr<CommandAdmission> admission_;
   std::unique_ptr<CommandLedger> ledger_;

@@ -200,6 +200,10 @@ ParseOutcome parse_command_line(int argc, const char* const* argv) {
   app.add_flag("--strict", c.strict, "Unknown message types close the connection (4422)");
   app.add_option("--log-level", c.log_level, "debug|info|warn|error")
       ->check(CLI::IsMember({"debug", "info", "warn", "warning", "error"}));
+  app.add_option("--log-repeat-limit", c.log_repeat_limit,
+                 "A warning about one thing is logged at most this often per log-repeat-interval-s, then "
+                 "counted (0: no limit)");
+  app.add_option("--log-repeat-interval-s", c.log_repeat_interval_s, "The interval of log-repeat-limit");
   app.add_flag("--check-config", c.check_config, "Validate the configuration, explain every problem, exit 0/2");
 
   for (int i = 1; i < argc; ++i) {
@@ -317,6 +321,8 @@ ConfigReport validate_config(const AgentConfig& c, const ValidateOptions& opts) 
   if (c.keepalive_idle_s > 0 && c.keepalive_timeout_s <= c.keepalive_idle_s)
     err("keepalive-timeout-s", std::to_string(c.keepalive_timeout_s) + " must be above keepalive-idle-s (" +
                                    std::to_string(c.keepalive_idle_s) + ")");
+  if (c.log_repeat_interval_s < 1 || c.log_repeat_interval_s > 86400)
+    err("log-repeat-interval-s", "must be 1 to 86400 seconds");
   log::Level lv{};
   if (!log::parse_level(c.log_level, lv)) err("log-level", "'" + c.log_level + "' is not debug|info|warn|error");
   return r;

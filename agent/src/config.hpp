@@ -47,6 +47,10 @@ struct AgentConfig {
   bool allow_plain = false;
   bool strict = false;
   std::string log_level = "info";
+  // Repeated warnings (a reconnect loop's every failure): at most this many lines
+  // about one thing per interval, then one line counting the rest (0: no limit).
+  std::uint32_t log_repeat_limit = 10;
+  std::uint32_t log_repeat_interval_s = 60;
   bool check_config = false;
 
   // Flags that were given on the command line (without "--"), for error messages.

@@ -133,6 +133,8 @@ void ExecPlugin::start(const CommandContext& ctx, std::shared_ptr<Reporter> repo
                [this, request = std::move(request), cmd_id = ctx.cmd_id,
                 reporter](ProcessRunner& runner) {
                  SpawnSpec s;
+                 s.group_record = options_.groups.get();
+                 s.cmd_id = cmd_id;
                  s.argv = {program_};
                  s.with_stdin = true;
                  s.env = {{"FLEETLINK_PROTOCOL", "1"},

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "fleetlink/executor.hpp"
+#include "process_groups.hpp"
 #include "process_jobs.hpp"
 
 namespace fleetlink::agent {
@@ -24,6 +25,7 @@ struct ExecPluginOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
   std::chrono::milliseconds kill_grace{std::chrono::seconds(5)};
   std::size_t max_running = 16;  // runs of one plugin at once; more are refused `failed` (busy)
+  std::shared_ptr<ProcessGroupRecord> groups;  // where each run's process group is recorded (none: not)
 };
 
 // What a result line said; every field is optional.

@@ -12,6 +12,7 @@
 
 #include "agent.hpp"
 #include "common/log.hpp"
+#include "common/log_repeat.hpp"
 #include "config.hpp"
 
 namespace {
@@ -67,6 +68,7 @@ int main(int argc, char** argv) {
   log::Level level = log::Level::info;
   log::parse_level(cfg.log_level, level);
   log::set_level(level);
+  log::set_repeat_policy(log::RepeatPolicy{cfg.log_repeat_limit, std::uint64_t{cfg.log_repeat_interval_s} * 1000});
 
   if (cfg.check_config) return check_config(cfg);
 
@@ -110,6 +112,7 @@ int main(int argc, char** argv) {
   const unsigned char zero = 0;
   [[maybe_unused]] const ssize_t n = ::write(g_signal_pipe[1], &zero, 1);
   signals.join();
+  log::flush_suppressed(true);
   FL_INFO("stopped");
   return rc;
 }

@@ -76,6 +76,7 @@ Expected<RunResult> ProcessRunner::run(const SpawnSpec& spec, const RunLimits& l
   }
   SpawnSpec actual = spec;
   actual.with_stdin = spec.with_stdin || !stdin_data.empty();
+  actual.kill_grace = limits.kill_grace;  // recorded: a later agent's stop waits as long
   auto spawned = spawn_process(actual);
   if (!spawned) return spawned.error();
   const pid_t pid = spawned->pid;
@@ -225,6 +226,8 @@ Expected<RunResult> ProcessRunner::run(const SpawnSpec& spec, const RunLimits& l
     ::kill(-pid, SIGKILL);  // the leader is alive or an unreaped zombie: pid not reusable
     reap(true);
   }
+  // Reaped, and its group killed with it: nothing left for a later start to stop.
+  if (actual.group_record != nullptr) actual.group_record->remove(pid);
   result.elapsed = std::chrono::duration_cast<milliseconds>(Clock::now() - started);
   return result;
 }

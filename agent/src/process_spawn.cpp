@@ -4,6 +4,8 @@
 #include <grp.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <optional>
 
 extern char** environ;
 
@@ -22,7 +25,7 @@ struct ChildFailure {
   int stage;
   int err;
 };
-enum Stage : int { kStageDup = 1, kStageChdir, kStageGroups, kStageGid, kStageUid, kStageExec };
+enum Stage : int { kStageDup = 1, kStageChdir, kStageGroups, kStageGid, kStageUid, kStageExec, kStageDeathSignal };
 
 const char* stage_name(int stage) {
   switch (stage) {
@@ -32,6 +35,7 @@ const char* stage_name(int stage) {
     case kStageGid: return "setting the group id";
     case kStageUid: return "setting the user id";
     case kStageExec: return "execve";
+    case kStageDeathSignal: return "setting the parent-death signal";
     default: return "starting the child";
   }
 }
@@ -85,34 +89,6 @@ Expected<UserSwitch> resolve_user(const std::string& user) {
   return out;
 }
 
-bool is_executable_file(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
-}
-
-Expected<std::string> resolve_program(const std::string& name) {
-  if (name.find('/') != std::string::npos) {
-    if (!is_executable_file(name)) {
-      return make_error(Errc::invalid_argument,
-                        "program '" + name + "' is not an executable file");
-    }
-    return name;
-  }
-  const char* path_env = ::getenv("PATH");
-  std::string path = path_env ? path_env : "/usr/local/bin:/usr/bin:/bin";
-  std::size_t pos = 0;
-  while (pos <= path.size()) {
-    std::size_t end = path.find(':', pos);
-    if (end == std::string::npos) end = path.size();
-    std::string dir = path.substr(pos, end - pos);
-    if (dir.empty()) dir = ".";
-    std::string candidate = dir + "/" + name;
-    if (is_executable_file(candidate)) return candidate;
-    pos = end + 1;
-  }
-  return make_error(Errc::invalid_argument, "program '" + name + "' not found in PATH");
-}
-
 std::vector<std::string> build_environment(const SpawnSpec& spec, const UserSwitch& user) {
   std::map<std::string, std::string> vars;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
@@ -134,9 +110,9 @@ std::vector<std::string> build_environment(const SpawnSpec& spec, const UserSwit
 }
 
 // Runs in the child between fork() and execve(): async-signal-safe calls only.
-[[noreturn]] void child_main(int out_fd, int in_fd, int err_fd, const char* cwd,
-                             const UserSwitch& user, const char* program, char* const* argv,
-                             char* const* envp) {
+[[noreturn]] void child_main(int out_fd, int in_fd, int err_fd, int go_fd, int go_write_fd, pid_t agent,
+                             const char* cwd, const UserSwitch& user, const char* program,
+                             char* const* argv, char* const* envp) {
   auto fail = [err_fd](int stage) {
     ChildFailure f{stage, errno};
     ssize_t ignored = ::write(err_fd, &f, sizeof f);
@@ -167,6 +143,20 @@ std::vector<std::string> build_environment(const SpawnSpec& spec, const UserSwit
     if (::setgid(user.gid) != 0) fail(kStageGid);
     if (::setuid(user.uid) != 0) fail(kStageUid);
   }
+  // Dies with the agent (the thread that forked it, which waits for it to the
+  // end): the first defence against orphans. Set after the user switch, which
+  // clears it. What this process starts is found at the agent's next start.
+  if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) fail(kStageDeathSignal);
+  if (::getppid() != agent) ::_exit(127);  // the agent died before that: not run
+  // Not before the agent has recorded the process group: EOF instead of the
+  // byte means it could not (or died), and the program never runs.
+  ::close(go_write_fd);
+  char go = 0;
+  ssize_t got;
+  do {
+    got = ::read(go_fd, &go, 1);
+  } while (got < 0 && errno == EINTR);
+  if (got != 1) ::_exit(127);
   if (cwd != nullptr && ::chdir(cwd) != 0) fail(kStageChdir);
   // Nothing but 0-2 and the error pipe (which is O_CLOEXEC) reaches the program.
   int keep = err_fd;
@@ -186,6 +176,34 @@ Expected<std::pair<UniqueFd, UniqueFd>> make_pipe() {
 }
 
 }  // namespace
+
+static bool is_executable_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+Expected<std::string> resolve_program(const std::string& name) {
+  if (name.find('/') != std::string::npos) {
+    if (!is_executable_file(name)) {
+      return make_error(Errc::invalid_argument,
+                        "program '" + name + "' is not an executable file");
+    }
+    return name;
+  }
+  const char* path_env = ::getenv("PATH");
+  std::string path = path_env ? path_env : "/usr/local/bin:/usr/bin:/bin";
+  std::size_t pos = 0;
+  while (pos <= path.size()) {
+    std::size_t end = path.find(':', pos);
+    if (end == std::string::npos) end = path.size();
+    std::string dir = path.substr(pos, end - pos);
+    if (dir.empty()) dir = ".";
+    std::string candidate = dir + "/" + name;
+    if (is_executable_file(candidate)) return candidate;
+    pos = end + 1;
+  }
+  return make_error(Errc::invalid_argument, "program '" + name + "' not found in PATH");
+}
 
 Expected<SpawnedProcess> spawn_process(const SpawnSpec& spec) {
   if (spec.argv.empty() || spec.argv.front().empty()) {
@@ -211,6 +229,12 @@ Expected<SpawnedProcess> spawn_process(const SpawnSpec& spec) {
   if (!out_pipe) return out_pipe.error();
   auto err_pipe = make_pipe();
   if (!err_pipe) return err_pipe.error();
+  // The go-ahead: a socket pair, so writing it to a child that already failed
+  // is EPIPE and never SIGPIPE (MSG_NOSIGNAL), whatever the caller's signal setup.
+  int go_fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, go_fds) != 0)
+    return make_error(Errc::io, "socketpair: " + errno_text(errno));
+  auto go_pipe = std::make_optional(std::make_pair(UniqueFd(go_fds[0]), UniqueFd(go_fds[1])));
   UniqueFd in_read;
   UniqueFd in_write;
   if (spec.with_stdin) {
@@ -224,17 +248,39 @@ Expected<SpawnedProcess> spawn_process(const SpawnSpec& spec) {
   }
   const char* cwd = spec.cwd.empty() ? nullptr : spec.cwd.c_str();
 
+  const pid_t agent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) return make_error(Errc::io, "fork: " + errno_text(errno));
   if (pid == 0) {
-    child_main(out_pipe->second.get(), in_read.get(), err_pipe->second.get(), cwd, *user,
-               program->c_str(), argv.data(), envp.data());
+    child_main(out_pipe->second.get(), in_read.get(), err_pipe->second.get(), go_pipe->first.get(),
+               go_pipe->second.get(), agent, cwd, *user, program->c_str(), argv.data(), envp.data());
   }
   // Also in the parent, so a kill of the group right after fork() cannot miss it.
   ::setpgid(pid, pid);
   out_pipe->second.reset();
   err_pipe->second.reset();
+  go_pipe->first.reset();
   in_read.reset();
+  auto reap_now = [pid] {
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  };
+  if (spec.group_record != nullptr) {
+    auto recorded = spec.group_record->add(pid, spec.cmd_id, *program, spec.kill_grace);
+    if (!recorded) {
+      ::kill(pid, SIGKILL);  // waiting for its go: it has run nothing
+      go_pipe->second.reset();
+      reap_now();
+      return recorded.error();
+    }
+  }
+  const char go = 1;
+  ssize_t wrote;
+  do {
+    wrote = ::send(go_pipe->second.get(), &go, 1, MSG_NOSIGNAL);
+  } while (wrote < 0 && errno == EINTR);
+  go_pipe->second.reset();
 
   ChildFailure failure{};
   ssize_t n;
@@ -242,9 +288,8 @@ Expected<SpawnedProcess> spawn_process(const SpawnSpec& spec) {
     n = ::read(err_pipe->first.get(), &failure, sizeof failure);
   } while (n < 0 && errno == EINTR);
   if (n == static_cast<ssize_t>(sizeof failure)) {
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
+    reap_now();
+    if (spec.group_record != nullptr) spec.group_record->remove(pid);
     std::string what = std::string(stage_name(failure.stage)) + " failed";
     if (failure.stage == kStageChdir) what += " '" + spec.cwd + "'";
     if (failure.stage == kStageExec) what += " for '" + *program + "'";

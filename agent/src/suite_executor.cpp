@@ -23,8 +23,8 @@ std::string known_ids(const SuiteTable& suites) {
 
 }  // namespace
 
-SuiteExecutor::SuiteExecutor(SuiteTable suites, std::size_t max_running)
-    : suites_(std::move(suites)), jobs_(max_running) {}
+SuiteExecutor::SuiteExecutor(SuiteTable suites, std::size_t max_running, std::shared_ptr<ProcessGroupRecord> groups)
+    : suites_(std::move(suites)), groups_(std::move(groups)), jobs_(max_running) {}
 
 void SuiteExecutor::start(const CommandContext& ctx, std::shared_ptr<Reporter> reporter) {
   auto arg = ctx.args.find("suite");
@@ -41,8 +41,10 @@ void SuiteExecutor::start(const CommandContext& ctx, std::shared_ptr<Reporter> r
     return;
   }
   const SuiteSpec spec = it->second;
-  jobs_.launch(ctx.cmd_id, reporter, [spec, reporter](ProcessRunner& runner) {
+  jobs_.launch(ctx.cmd_id, reporter, [spec, reporter, groups = groups_, cmd_id = ctx.cmd_id](ProcessRunner& runner) {
     SpawnSpec s;
+    s.group_record = groups.get();
+    s.cmd_id = cmd_id;
     s.argv = spec.argv;
     s.cwd = spec.cwd;
     s.env = spec.env;

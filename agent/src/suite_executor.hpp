@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "fleetlink/executor.hpp"
+#include "process_groups.hpp"
 #include "process_jobs.hpp"
 #include "suite_config.hpp"
 
@@ -14,7 +15,9 @@ namespace fleetlink::agent {
 class SuiteExecutor final : public Executor {
  public:
   // max_running: suite runs at once (all suites together); more are refused `failed` (busy).
-  explicit SuiteExecutor(SuiteTable suites, std::size_t max_running = 8);
+  // groups: where each run's process group is recorded (none: not recorded).
+  explicit SuiteExecutor(SuiteTable suites, std::size_t max_running = 8,
+                         std::shared_ptr<ProcessGroupRecord> groups = nullptr);
   ~SuiteExecutor() override = default;  // ProcessJobs cancels and waits for running suites
 
   std::string_view kind() const override { return "suite"; }
@@ -26,6 +29,7 @@ class SuiteExecutor final : public Executor {
 
  private:
   SuiteTable suites_;
+  std::shared_ptr<ProcessGroupRecord> groups_;
   ProcessJobs jobs_;  // last member: destroyed (and joined) first
 };
 
