@@ -21,6 +21,7 @@
 #include "common/log.hpp"
 #include "fleetlink/client_session.hpp"
 #include "fleetlink/version.hpp"
+#include "path_trust.hpp"
 #include "suite_config.hpp"
 
 namespace fleetlink::agent {
@@ -321,6 +322,8 @@ ConfigReport validate_config(const AgentConfig& c, const ValidateOptions& opts) 
   if (c.keepalive_idle_s > 0 && c.keepalive_timeout_s <= c.keepalive_idle_s)
     err("keepalive-timeout-s", std::to_string(c.keepalive_timeout_s) + " must be above keepalive-idle-s (" +
                                    std::to_string(c.keepalive_idle_s) + ")");
+  // sshd's StrictModes for what the agent runs and keeps (path_trust.hpp).
+  for (auto& e : untrusted_paths(c, ::geteuid())) r.errors.push_back(std::move(e));
   if (c.log_repeat_interval_s < 1 || c.log_repeat_interval_s > 86400)
     err("log-repeat-interval-s", "must be 1 to 86400 seconds");
   log::Level lv{};
