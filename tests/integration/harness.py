@@ -17,6 +17,11 @@ import tempfile
 import time
 import unittest
 
+# What the tests make is writable by its owner only, whatever umask the runner has:
+# the agent refuses a plugin, suite program or state directory that its group or
+# others could write (docs/OPERATIONS.md, "The agent's trust in its files").
+os.umask(0o022)
+
 SOURCE_DIR = os.environ.get(
     "FLEETLINK_SOURCE_DIR",
     os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))

@@ -9,6 +9,7 @@ so the CANCEL frame reaches a real agent exactly as a broker would send it.
 import asyncio
 import json
 import os
+import pwd
 import time
 import unittest
 
@@ -60,7 +61,7 @@ class SuiteLab:
                     "timeout_s": 120},
             # The shell's descriptors while ls runs: the agent's sockets must not leak in.
             "fds": {"argv": ["/bin/sh", "-c", "ls /proc/$$/fd"]},
-            "asuser": {"argv": ["/bin/sh", "-c", "id -un; echo $HOME"], "user": "nobody"},
+            "asuser": {"argv": ["/bin/sh", "-c", "id -un; echo $HOME; id -u; id -g; id -G"], "user": "nobody"},
         }
         if os.geteuid() != 0:
             del self.suites["asuser"]  # switching users needs root
@@ -98,6 +99,14 @@ class SuiteThroughBrokerTest(harness.LabTestCase):
         cmd = self.broker.run("rig-suite", "suite", {"suite": "asuser"})
         self.assertEqual(cmd["result"]["status"], "ok", cmd)
         self.assertTrue(cmd["result"]["output"].startswith("nobody\n"), cmd)
+        # Its user's ids and that user's groups only: none of the root agent's (gid 0).
+        nobody = pwd.getpwnam("nobody")
+        _, home, uid, gid, groups = cmd["result"]["output"].splitlines()[:5]
+        self.assertEqual(home, nobody.pw_dir)
+        self.assertEqual((int(uid), int(gid)), (nobody.pw_uid, nobody.pw_gid))
+        self.assertEqual(sorted(int(g) for g in groups.split()),
+                         sorted(set(os.getgrouplist("nobody", nobody.pw_gid))))
+        self.assertNotIn(0, [int(g) for g in groups.split()])
 
     def test_hanging_suite_is_killed_at_its_timeout(self):
         t0 = time.monotonic()
