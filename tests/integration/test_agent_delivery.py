@@ -68,8 +68,9 @@ class AgentDeliveryTest(LabTestCase):
         self.assertFalse(c1.ack_for(cmd)["duplicate"])
         wait_for(lambda: len(lines(self.truth)) == 1 and os.path.exists(pidfile), what="the suite started")
         a.kill()
-        # The suite outlives a killed agent (its own process group); under systemd
-        # the unit's KillMode ends it. Here the test does.
+        # PR_SET_PDEATHSIG ends the suite (exec'd sleep) with the agent; the next start
+        # would stop anything left (test_agent_crash_cleanup.py). Here the test makes
+        # sure before the restart.
         with open(pidfile) as f:
             suite_pid = int(f.read())
         try:

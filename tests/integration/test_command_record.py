@@ -322,8 +322,9 @@ class CommandRecordTest(LabTestCase):
         t_unread = time.monotonic()
         self.wait_states(b, [unread_expired, unread], ("sent",))
         a.kill()
-        # The plugin outlives a killed agent (its own process group); under systemd
-        # the unit's KillMode ends it. Here the test does.
+        # PR_SET_PDEATHSIG ends the plugin's shell with the agent; its sleep would be
+        # stopped by the next start (test_agent_crash_cleanup.py). Here the test ends
+        # it at once, so the restart below has nothing to stop.
         pid = int(next(l for l in lines(self.truth) if l.startswith(cid)).split()[1])
         try:
             os.killpg(pid, signal.SIGKILL)
