@@ -229,10 +229,14 @@ Expected<void> Agent::init() {
   boot_id_ = uuid_v7().to_string();
   state_dir_ = cfg_.state_dir;
   std::error_code ec;
+  const bool existed = fs::exists(state_dir_, ec);
   fs::create_directories(state_dir_, ec);
   if (ec)
     return make_error(Errc::io, config_origin(cfg_, "state-dir") + ": cannot create '" +
                                     state_dir_.string() + "': " + ec.message());
+  // Made here: the agent's alone whatever the umask (the next start refuses a state
+  // directory others may write, OPERATIONS.md 4.5).
+  if (!existed) fs::permissions(state_dir_, fs::perms::owner_all, ec);
 
   results_ = std::make_unique<ResultStore>(state_dir_ / "results", cfg_.results_max);
   if (auto ok = results_->load(); !ok) return ok.error();

@@ -173,9 +173,9 @@ ProcessGroupRecord::ProcessGroupRecord(fs::path dir, std::string agent_boot_id)
     : dir_(std::move(dir)), agent_boot_id_(std::move(agent_boot_id)), kernel_boot_(kernel_boot_id()) {}
 
 Expected<void> ProcessGroupRecord::open() {
-  std::error_code ec;
-  fs::create_directories(dir_, ec);
-  if (ec) return make_error(Errc::io, "cannot create " + dir_.string() + ": " + ec.message());
+  // The agent's alone, whatever the umask: what is recorded here gets signalled.
+  if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST)
+    return make_error(Errc::io, "cannot create " + dir_.string() + ": " + std::strerror(errno));
   // What is recorded here gets killed at the next start: nobody else may write it.
   if (auto why = untrusted_path_reason(dir_.string(), ::geteuid()); !why.empty())
     return make_error(Errc::invalid_argument, "process group records refused: " + why);
