@@ -9,8 +9,10 @@ counted, not written (issue 15 point 6). Real broker, real agents, real suites.
 - A suite that does not ignore SIGTERM dies with the agent (PDEATHSIG); the child
   it started lives on in its process group until the next start stops it.
 - The broker, with a frozen rig whose outbox is full, writes `log-repeat-limit`
-  "enqueue refused" lines and then one line counting the rest; the agent does the
-  same with a reconnect loop's "connection ... failed".
+  "enqueue refused" lines and then one line counting the rest; a frozen rig closed
+  by keepalive and thawed (once a line per command: unacknowledged, answers and
+  results for commands of the old connection) is a few lines and counts; the agent
+  counts a reconnect loop's "connection ... failed" the same way.
 """
 import json
 import os
@@ -172,6 +174,34 @@ class RepeatedWarningsTest(LabTestCase):
             self.assertEqual(int(m.group(1)), refused - 3, "every other one is counted")
         finally:
             agents["rig-frozen"].signal(signal.SIGCONT)
+
+    def test_a_thawed_frozen_rig_is_a_few_lines_and_counts_not_a_line_per_command(self):
+        broker = self.lab.broker(ping_interval_ms=300, pong_timeout_ms=300, max_missed_pongs=2,
+                                 log_repeat_limit=3, log_repeat_interval_s=600)
+        agent = self.lab.agent("rig-f", broker)
+        broker.wait_rigs(["rig-f"])
+        agent.signal(signal.SIGSTOP)
+        try:
+            cmds = []
+            for _ in range(40):
+                status, body = broker.send("rig-f", "dmesg", {"lines": 1})
+                self.assertEqual(status, 202, body)
+                cmds.append(body["cmd_id"])
+            broker.wait_rig_gone("rig-f", timeout=15)  # closed 4002: all 40 left unacknowledged
+        finally:
+            agent.signal(signal.SIGCONT)
+        for c in cmds:
+            self.assertEqual(broker.wait_command(c, timeout=30)["state"], "succeeded")
+        self.assertEqual(broker.stop(), 0)  # the counts of intervals still running are written at exit
+        log = broker.log()
+        self.assertEqual(len(re.findall(r"INFO  command unacknowledged rig=rig-f ", log)), 3)
+        self.assertIn("INFO  commands unacknowledged rig=rig-f: suppressed 37 similar lines", log)
+        # Whatever the thaw brings (answers on the old connection's commands, late results):
+        # at most 3 lines of each kind about this rig, the rest counted.
+        per_kind = {}
+        for line in re.findall(r"WARN  (rig=rig-f \S+ \S+|enqueue refused rig=rig-f)", log):
+            per_kind[line] = per_kind.get(line, 0) + 1
+        self.assertTrue(all(n <= 3 for n in per_kind.values()), per_kind)
 
     def test_agent_counts_a_reconnect_loops_failures(self):
         url = f"wss://127.0.0.1:{free_port()}/agent"  # nothing listens there
