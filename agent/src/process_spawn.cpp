@@ -13,7 +13,6 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
-#include <optional>
 
 extern char** environ;
 
@@ -234,7 +233,8 @@ Expected<SpawnedProcess> spawn_process(const SpawnSpec& spec) {
   int go_fds[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, go_fds) != 0)
     return make_error(Errc::io, "socketpair: " + errno_text(errno));
-  auto go_pipe = std::make_optional(std::make_pair(UniqueFd(go_fds[0]), UniqueFd(go_fds[1])));
+  UniqueFd go_read(go_fds[0]);
+  UniqueFd go_write(go_fds[1]);
   UniqueFd in_read;
   UniqueFd in_write;
   if (spec.with_stdin) {
@@ -252,14 +252,14 @@ Expected<SpawnedProcess> spawn_process(const SpawnSpec& spec) {
   pid_t pid = ::fork();
   if (pid < 0) return make_error(Errc::io, "fork: " + errno_text(errno));
   if (pid == 0) {
-    child_main(out_pipe->second.get(), in_read.get(), err_pipe->second.get(), go_pipe->first.get(),
-               go_pipe->second.get(), agent, cwd, *user, program->c_str(), argv.data(), envp.data());
+    child_main(out_pipe->second.get(), in_read.get(), err_pipe->second.get(), go_read.get(),
+               go_write.get(), agent, cwd, *user, program->c_str(), argv.data(), envp.data());
   }
   // Also in the parent, so a kill of the group right after fork() cannot miss it.
   ::setpgid(pid, pid);
   out_pipe->second.reset();
   err_pipe->second.reset();
-  go_pipe->first.reset();
+  go_read.reset();
   in_read.reset();
   auto reap_now = [pid] {
     int status = 0;
@@ -270,7 +270,7 @@ Expected<SpawnedProcess> spawn_process(const SpawnSpec& spec) {
     auto recorded = spec.group_record->add(pid, spec.cmd_id, *program, spec.kill_grace);
     if (!recorded) {
       ::kill(pid, SIGKILL);  // waiting for its go: it has run nothing
-      go_pipe->second.reset();
+      go_write.reset();
       reap_now();
       return recorded.error();
     }
@@ -278,9 +278,9 @@ Expected<SpawnedProcess> spawn_process(const SpawnSpec& spec) {
   const char go = 1;
   ssize_t wrote;
   do {
-    wrote = ::send(go_pipe->second.get(), &go, 1, MSG_NOSIGNAL);
+    wrote = ::send(go_write.get(), &go, 1, MSG_NOSIGNAL);
   } while (wrote < 0 && errno == EINTR);
-  go_pipe->second.reset();
+  go_write.reset();
 
   ChildFailure failure{};
   ssize_t n;
