@@ -6,6 +6,7 @@ counted, not written (issue 15 point 6). Real broker, real agents, real suites.
   orphan; the next agent process on the same state directory finds its recorded
   process group, stops it (SIGTERM, its kill grace, SIGKILL) before it connects,
   and the command ends `interrupted` on the broker.
+- The same for an executable plugin (fleetlink-<kind>) that ignores SIGTERM.
 - A suite that does not ignore SIGTERM dies with the agent (PDEATHSIG); the child
   it started lives on in its process group until the next start stops it.
 - The broker, with a frozen rig whose outbox is full, writes `log-repeat-limit`
@@ -44,28 +45,41 @@ class AgentCrashCleanupTest(LabTestCase):
         super().setUp()
         self.files = {}
         suites = {}
-        for name, ignore_term in (("stubborn", True), ("polite", False)):
+        for name, ignore_term in (("stubborn", True), ("polite", False), ("plugin", True)):
             f = {k: self.lab.path(f"{name}.{k}") for k in ("leader", "child", "heartbeat")}
             self.files[name] = f
             trap = "trap '' TERM; " if ignore_term else ""
             # The child (a sleep in the suite's process group) inherits the ignored TERM.
             script = (f"{trap}echo $$ > {f['leader']}; sleep 300 & echo $! > {f['child']}; "
                       f"while :; do date +%s%N > {f['heartbeat']}; sleep 0.1; done")
+            if name == "plugin":
+                continue
             suites[name] = {"argv": ["/bin/sh", "-c", script], "timeout_s": 600, "kill_grace_s": 2}
         self.suites = self.lab.path("suites.json")
         with open(self.suites, "w") as f:
             json.dump({"suites": suites}, f)
+        # An executable plugin (kind "stubborn") that does the same as the stubborn suite.
+        self.plugins = self.lab.path("plugins")
+        os.makedirs(self.plugins)
+        prog = os.path.join(self.plugins, "fleetlink-stubborn")
+        with open(prog, "w") as f:
+            f.write("#!/bin/sh\nread -r request\n" + script + "\n")
+        os.chmod(prog, 0o755)
         self.state = self.lab.path("state-rig-c")
         # The agent's own report decides, long before the broker's reconcile grace would.
         self.broker = self.lab.broker(reconcile_grace_ms=120000)
 
     def agent(self, name):
-        return self.lab.agent("rig-c", self.broker, name=name, suites=self.suites, state_dir=self.state)
+        return self.lab.agent("rig-c", self.broker, name=name, suites=self.suites, state_dir=self.state,
+                              plugin_dir=self.plugins, plugin_kill_grace_s=2)
 
     def start_suite(self, suite):
         a = self.agent("agent-rig-c")
         self.broker.wait_rigs(["rig-c"])
-        status, body = self.broker.send("rig-c", "suite", {"suite": suite})
+        if suite == "plugin":
+            status, body = self.broker.send("rig-c", "stubborn")
+        else:
+            status, body = self.broker.send("rig-c", "suite", {"suite": suite})
         self.assertEqual(status, 202, body)
         cmd = body["cmd_id"]
         f = self.files[suite]
@@ -138,6 +152,19 @@ class AgentCrashCleanupTest(LabTestCase):
         a2.wait_log(rf"cmd={cmd}: process group {leader} \(/bin/sh\) of agent boot_id={old_boot} outlived it: "
                     r"1 process\(es\) stopped \(SIGTERM\)", timeout=20)
         self.assertTrue(pid_gone(child))
+        self.assert_interrupted(cmd, old_boot)
+
+    def test_kill_9_orphaned_executable_plugin_is_stopped_at_the_next_start_and_ends_interrupted(self):
+        a, cmd, leader, child = self.start_suite("plugin")
+        old_boot = self.broker.rigs()["rig-c"]["boot_id"]
+        a.kill()
+        self.assertTrue(self.heartbeat_moves("plugin"), "the orphaned plugin kept running")
+        a2 = self.agent("agent-rig-c-2")
+        prog = os.path.join(self.plugins, "fleetlink-stubborn")
+        a2.wait_log(rf"cmd={cmd}: process group {leader} \({re.escape(prog)}\) of agent boot_id={old_boot} "
+                    r"outlived it: \d+ process\(es\) stopped \(SIGTERM, then SIGKILL after its grace\)", timeout=20)
+        self.assertTrue(pid_gone(leader) and pid_gone(child))
+        self.assertFalse(self.heartbeat_moves("plugin"))
         self.assert_interrupted(cmd, old_boot)
 
     def test_a_stopped_agent_leaves_no_record_and_the_next_start_stops_nothing(self):
