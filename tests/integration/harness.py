@@ -37,7 +37,8 @@ def binary(name):
         path = os.path.join(BUILD_DIR, rel)
         if os.path.isfile(path) and os.access(path, os.X_OK):
             return path
-    raise FileNotFoundError(f"{name} not built under {BUILD_DIR}")
+    hint = " (configure with -DFLEETLINK_BUILD_BENCH=ON)" if name == "fleetlink-rigsim" else ""
+    raise FileNotFoundError(f"{name} not built under {BUILD_DIR}{hint}")
 
 
 def free_port(host="127.0.0.1"):
