@@ -41,6 +41,15 @@ def binary(name):
     raise FileNotFoundError(f"{name} not built under {BUILD_DIR}{hint}")
 
 
+def agent_command(*args):
+    """argv of the built agent with args and no config file: without --config the
+    agent reads the host's /etc/fleetlink/agent.conf when one exists (an installed
+    package's), and a test must not depend on the host. --config '' reads no file;
+    a test that passes its own --config gets that one."""
+    config = [] if any(a == "--config" or str(a).startswith("--config=") for a in args) else ["--config", ""]
+    return [binary("fleetlink-agent"), *config, *args]
+
+
 def free_port(host="127.0.0.1"):
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -281,6 +290,9 @@ class Agent(Process):
             "backoff_base_ms": 100,
             "backoff_cap_ms": 1000,
             "log_level": "debug",
+            # Never the host's /etc/fleetlink/agent.conf (the agent's default): no
+            # file unless the test names one.
+            "config": "",
         }
         opts.update(options)
         super().__init__(lab, name or f"agent-{rig_id}",
