@@ -9,6 +9,7 @@ listed with its reason at the end and the module fails. Write a test that cannot
 run as a failure that says why; this runner catches the skips nobody meant to
 keep (unittest.skip*, skipTest, SkipTest raised in a setUp).
 """
+import os
 import sys
 import unittest
 
@@ -17,6 +18,7 @@ def main(argv):
     if len(argv) != 2:
         print("usage: run_module.py TEST_MODULE", file=sys.stderr)
         return 2
+    sys.path.insert(0, os.getcwd())  # as `python3 -m unittest`: modules from the working directory
     suite = unittest.defaultTestLoader.loadTestsFromName(argv[1])
     result = unittest.TextTestRunner(verbosity=2, stream=sys.stderr).run(suite)
     if result.skipped:
