@@ -24,7 +24,7 @@ step() {
   step_started=$(date +%s)
   printf '\n==== %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"
 }
-skip() { skipped+=("$1: skipped ($2)"); printf '\n==== SKIPPED: %s (%s)\n' "$1" "$2"; }
+skip() { skipped+=("$1 ($2)"); printf '\n==== SKIPPED: %s (%s)\n' "$1" "$2"; }
 on_exit() {
   local status=$?
   if [[ $status -ne 0 ]]; then
@@ -80,20 +80,19 @@ if [[ "${SKIP_CHROOT:-0}" != 1 ]]; then
   # Two sets of .deb from this tree: this version, and the same packages
   # versioned just below it (VERSION~ci.previous) to upgrade from.
   step "packages in a fresh Debian root: install, run, upgrade keeping an edited config, build a plugin"
-  debs=build/ci-debs
-  rm -rf "$debs"
-  version=$(sed -n 's/^project(fleetlink VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
-  [[ -n $version ]] || { echo "test.sh: no project version in CMakeLists.txt" >&2; exit 1; }
-  (cd build && cpack -G DEB -B "$PWD/ci-debs/current" >/dev/null)
-  (cd build && cpack -G DEB -B "$PWD/ci-debs/previous" -D CPACK_PACKAGE_VERSION="$version~ci.previous" \
+  debs=$(mktemp -d /tmp/fleetlink-ci-debs.XXXXXX)
+  version=$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' build/CMakeCache.txt)
+  [[ -n $version ]] || { echo "test.sh: no CMAKE_PROJECT_VERSION in build/CMakeCache.txt" >&2; exit 1; }
+  (cd build && cpack -G DEB -B "$debs/current" >/dev/null)
+  (cd build && cpack -G DEB -B "$debs/previous" -D CPACK_PACKAGE_VERSION="$version~ci.previous" \
      -D CPACK_DEBIAN_PACKAGE_VERSION="$version~ci.previous" >/dev/null)
   packaging/check-install-in-chroot --previous "$debs/previous" "$debs/current"
   rm -rf "$debs"
 else
   skip "packages in a fresh Debian root" "SKIP_CHROOT=1"
 fi
-step "summary"
-
+done_steps+=("$current_step ($(( $(date +%s) - step_started ))s)")
+current_step=summary
 printf '\n==== summary (%ds in all)\n' "$(( $(date +%s) - started ))"
 for s in "${done_steps[@]}"; do echo "  passed: $s"; done
 for s in "${skipped[@]}"; do echo "  SKIPPED: $s"; done
