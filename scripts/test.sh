@@ -53,7 +53,7 @@ if [[ "${SKIP_SANITIZERS:-0}" != 1 ]]; then
   # shellcheck disable=SC2086
   cmake --build build-asan -j"$(nproc)" --target $units
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan -L unit --no-tests=error
+    tests/run-on-poisoned-host ctest --test-dir build-asan -L unit --no-tests=error
 else
   skip "unit tests under ASan + UBSan" "SKIP_SANITIZERS=1"
 fi
