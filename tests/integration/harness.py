@@ -294,6 +294,8 @@ class Agent(Process):
             # file unless the test names one.
             "config": "",
         }
+        if any(a == "--config" or str(a).startswith("--config=") for a in (args or [])):
+            del opts["config"]
         opts.update(options)
         super().__init__(lab, name or f"agent-{rig_id}",
                          [binary("fleetlink-agent"), *_flags(opts), *(args or [])])
