@@ -41,13 +41,16 @@ def binary(name):
     raise FileNotFoundError(f"{name} not built under {BUILD_DIR}{hint}")
 
 
+def _names_config(args):
+    return any(a == "--config" or str(a).startswith("--config=") for a in args)
+
+
 def agent_command(*args):
     """argv of the built agent with args and no config file: without --config the
     agent reads the host's /etc/fleetlink/agent.conf when one exists (an installed
     package's), and a test must not depend on the host. --config '' reads no file;
     a test that passes its own --config gets that one."""
-    config = [] if any(a == "--config" or str(a).startswith("--config=") for a in args) else ["--config", ""]
-    return [binary("fleetlink-agent"), *config, *args]
+    return [binary("fleetlink-agent"), *([] if _names_config(args) else ["--config", ""]), *args]
 
 
 def free_port(host="127.0.0.1"):
@@ -294,7 +297,7 @@ class Agent(Process):
             # file unless the test names one.
             "config": "",
         }
-        if any(a == "--config" or str(a).startswith("--config=") for a in (args or [])):
+        if _names_config(args or []):
             del opts["config"]
         opts.update(options)
         super().__init__(lab, name or f"agent-{rig_id}",
