@@ -40,7 +40,8 @@ grep -q "fleetlink-broker ready" "$work/broker.log" || { cat "$work/broker.log";
 
 for rig in "${rigs[@]}"; do
   mkdir -p "$work/state-$rig"
-  "$build/agent/fleetlink-agent" --broker "wss://127.0.0.1:$port/agent" --rig-id "$rig" \
+  # --config '': flags only, never an installed package's /etc/fleetlink/agent.conf.
+  "$build/agent/fleetlink-agent" --config '' --broker "wss://127.0.0.1:$port/agent" --rig-id "$rig" \
     --cert "$work/ca/$rig.crt" --key "$work/ca/$rig.key" --ca "$work/ca/ca.crt" \
     --state-dir "$work/state-$rig" --label lab=demo >"$work/agent-$rig.log" 2>&1 &
   pids+=($!)

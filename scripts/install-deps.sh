@@ -16,6 +16,8 @@ packages=(
   chromium
   # packaging
   dpkg-dev file rpm
+  # CI installs the .deb packages into a fresh Debian root (packaging/check-install-in-chroot)
+  debootstrap
 )
 
 if [[ $(id -u) -ne 0 ]]; then

@@ -161,7 +161,8 @@ ParseOutcome parse_command_line(int argc, const char* const* argv) {
   app.option_defaults()->always_capture_default();
   app.allow_config_extras(CLI::config_extras_mode::error);  // a typo in the file is an error
   app.set_config("--config", kDefaultConfigFile,
-                 "Config file (INI; every flag is also a key, e.g. state-dir = /var/lib/fleetlink)");
+                 "Config file (INI; every flag is also a key, e.g. state-dir = /var/lib/fleetlink); "
+                 "--config '' reads none (flags only)");
   app.set_version_flag("--version",
                        std::string("fleetlink-agent ") + kVersion + " (protocol " +
                            std::to_string(kProtocolVersion) + ")");
@@ -221,6 +222,21 @@ ParseOutcome parse_command_line(int argc, const char* const* argv) {
     std::ostringstream err;
     const int code = app.exit(e, o, err);
     out.status = ParseStatus::exit;
+    // CLI11 reads the config file before it looks at --help and --version. They
+    // still answer when that file does not parse (a broken /etc/fleetlink/agent.conf
+    // the operator is about to fix, or one that is not this agent's).
+    const auto asked = [&](std::string_view flag) {
+      return std::find(c.from_command_line.begin(), c.from_command_line.end(), flag) !=
+             c.from_command_line.end();
+    };
+    const bool help = asked("help") || std::find_if(argv + 1, argv + argc, [](const char* a) {
+                                         return std::string_view(a) == "-h";
+                                       }) != argv + argc;
+    if (code != 0 && (help || asked("version"))) {
+      out.exit_code = 0;
+      out.output = help ? app.help() : app.version() + "\n";
+      return out;
+    }
     if (code == 0) {
       out.exit_code = 0;
       out.output = o.str();

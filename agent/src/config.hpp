@@ -1,7 +1,8 @@
 #pragma once
 // fleetlink-agent configuration: every option is a command-line flag and a key of
 // the config file (CLI11 INI, default /etc/fleetlink/agent.conf; a missing default
-// file is fine, a missing file named with --config is an error).
+// file is fine, a missing file named with --config is an error; --config '' reads
+// no file, which is how tests keep away from a host's installed config).
 //
 // validate_config() checks everything a running agent would trip over later and
 // explains each problem with where the value came from (file and key, or flag):

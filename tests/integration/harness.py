@@ -42,7 +42,20 @@ def binary(name):
         path = os.path.join(BUILD_DIR, rel)
         if os.path.isfile(path) and os.access(path, os.X_OK):
             return path
-    raise FileNotFoundError(f"{name} not built under {BUILD_DIR}")
+    hint = " (configure with -DFLEETLINK_BUILD_BENCH=ON)" if name == "fleetlink-rigsim" else ""
+    raise FileNotFoundError(f"{name} not built under {BUILD_DIR}{hint}")
+
+
+def _names_config(args):
+    return any(a == "--config" or str(a).startswith("--config=") for a in args)
+
+
+def agent_command(*args):
+    """argv of the built agent with args and no config file: without --config the
+    agent reads the host's /etc/fleetlink/agent.conf when one exists (an installed
+    package's), and a test must not depend on the host. --config '' reads no file;
+    a test that passes its own --config gets that one."""
+    return [binary("fleetlink-agent"), *([] if _names_config(args) else ["--config", ""]), *args]
 
 
 def free_port(host="127.0.0.1"):
@@ -285,7 +298,12 @@ class Agent(Process):
             "backoff_base_ms": 100,
             "backoff_cap_ms": 1000,
             "log_level": "debug",
+            # Never the host's /etc/fleetlink/agent.conf (the agent's default): no
+            # file unless the test names one.
+            "config": "",
         }
+        if _names_config(args or []):
+            del opts["config"]
         opts.update(options)
         super().__init__(lab, name or f"agent-{rig_id}",
                          [binary("fleetlink-agent"), *_flags(opts), *(args or [])])

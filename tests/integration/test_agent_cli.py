@@ -3,12 +3,12 @@ import os
 import subprocess
 import unittest
 
-from harness import LabTestCase, binary
+from harness import LabTestCase, agent_command
 
 
 class AgentCliTest(LabTestCase):
     def run_agent(self, *args, timeout=20):
-        return subprocess.run([binary("fleetlink-agent"), *args], capture_output=True, text=True,
+        return subprocess.run(agent_command(*args), capture_output=True, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL)
 
     def good_flags(self, rig="rig-a", **over):
@@ -32,6 +32,27 @@ class AgentCliTest(LabTestCase):
         r = self.run_agent(*self.good_flags(), "--check-config")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("valid", r.stdout)
+        # run_agent passes --config '': flags only, whatever the host's /etc/fleetlink holds.
+        self.assertIn("(no config file; flags only)", r.stdout)
+
+    def test_help_and_version_answer_with_a_config_that_does_not_parse(self):
+        # A broken config (the host's /etc/fleetlink/agent.conf, say) does not stop
+        # --help or --version; anything else names the file and fails.
+        bad = self.lab.path("broken.conf")
+        with open(bad, "w") as f:
+            f.write("no-such-key = 1\n")
+        for flag in ("--help", "-h"):
+            r = self.run_agent("--config", bad, flag)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("Usage: fleetlink-agent", r.stdout)
+            self.assertIn("--config", r.stdout)
+        r = self.run_agent("--config", bad, "--version")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"^fleetlink-agent \d+\.\d+\.\d+")
+        r = self.run_agent("--config", bad, "--check-config")
+        self.assertEqual(r.returncode, 2, r.stdout)
+        self.assertIn(bad, r.stderr)
+        self.assertIn("no-such-key", r.stderr)
 
     def test_check_config_explains_each_error_with_its_key(self):
         crt_b, _ = self.lab.certs.rig("rig-b")
@@ -94,8 +115,8 @@ class AgentCliTest(LabTestCase):
 
     def test_journald_prefixes_when_journal_stream_is_set(self):
         env = dict(os.environ, JOURNAL_STREAM="8:12345")
-        r = subprocess.run([binary("fleetlink-agent"), *self.good_flags(
-            **{"--ca": self.lab.path("missing-ca.crt")})], capture_output=True, text=True,
+        r = subprocess.run(agent_command(*self.good_flags(
+            **{"--ca": self.lab.path("missing-ca.crt")})), capture_output=True, text=True,
             timeout=20, env=env)
         self.assertEqual(r.returncode, 2)
         self.assertTrue(r.stderr.startswith("<3>"), r.stderr)

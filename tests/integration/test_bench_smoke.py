@@ -22,8 +22,10 @@ EXPECTED = {
 
 class BenchSmoke(unittest.TestCase):
     def test_every_scenario_produces_numbers(self):
-        if not os.access(os.path.join(BUILD, "tests", "bench", "fleetlink-rigsim"), os.X_OK):
-            self.skipTest("benchmarks not built (FLEETLINK_BUILD_BENCH=OFF)")
+        # Not built is a failure, not a skip: a skipped smoke would look passed.
+        self.assertTrue(os.access(os.path.join(BUILD, "tests", "bench", "fleetlink-rigsim"), os.X_OK),
+                        f"the benchmarks are not built under {BUILD}: configure it with "
+                        "-DFLEETLINK_BUILD_BENCH=ON (scripts/test.sh does)")
         with tempfile.TemporaryDirectory(prefix="fleetlink-bench-smoke-") as out:
             proc = subprocess.run(
                 [sys.executable, os.path.join(SOURCE, "tests", "bench", "run"), "--smoke",

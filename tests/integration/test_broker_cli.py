@@ -39,7 +39,7 @@ class BrokerCliTest(LabTestCase):
         with open(os.path.join(harness.SOURCE_DIR, "CMakeLists.txt")) as f:
             project = re.search(r"project\(fleetlink\s+VERSION\s+([0-9.]+)", f.read()).group(1)
         self.assertEqual(m.group(1), project)  # the same version as the agent's and the packages'
-        agent = subprocess.run([binary("fleetlink-agent"), "--version"], capture_output=True, text=True,
+        agent = subprocess.run(harness.agent_command("--version"), capture_output=True, text=True,
                                timeout=20)
         self.assertIn(f"fleetlink-agent {project}", agent.stdout)
 

@@ -44,10 +44,11 @@ def run(cmd, **kw):
     return subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=TIMEOUT, **kw)
 
 
-@unittest.skipUnless(BUILD_DIR and os.path.isdir(BUILD_DIR), "FLEETLINK_BUILD_DIR not set")
 class SdkInstall(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
+        assert BUILD_DIR and os.path.isdir(BUILD_DIR), \
+            f"FLEETLINK_BUILD_DIR ({BUILD_DIR!r}) is not a build directory (CTest sets it)"
         cls.tmp = tempfile.mkdtemp(prefix="fleetlink-sdk-install-")
         cls.prefix = os.path.join(cls.tmp, "prefix")
         for component in ("runtime", "sdk"):

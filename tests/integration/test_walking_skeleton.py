@@ -6,7 +6,7 @@ import subprocess
 import unittest
 
 import broker_rawclient as rc
-from harness import LabTestCase, binary
+from harness import LabTestCase, agent_command
 
 
 class WalkingSkeletonTest(LabTestCase):
@@ -46,9 +46,9 @@ class WalkingSkeletonTest(LabTestCase):
         crt_a, key_a = self.lab.certs.rig("rig-a")
         # The agent itself refuses a rig id its certificate does not carry ...
         refused = subprocess.run(
-            [binary("fleetlink-agent"), "--broker", broker.url, "--rig-id", "rig-b",
-             "--cert", crt_a, "--key", key_a, "--ca", self.lab.certs.ca,
-             "--state-dir", self.lab.path("state-impostor")],
+            agent_command("--broker", broker.url, "--rig-id", "rig-b",
+                          "--cert", crt_a, "--key", key_a, "--ca", self.lab.certs.ca,
+                          "--state-dir", self.lab.path("state-impostor")),
             capture_output=True, text=True, timeout=10)
         self.assertEqual(refused.returncode, 2, refused.stderr)
         self.assertIn("4401", refused.stderr)

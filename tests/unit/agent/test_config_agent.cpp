@@ -1,6 +1,7 @@
 // fleetlink-agent configuration: flags, config file, validation messages.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -31,8 +32,14 @@ struct Lab {
   bool ok = false;
 };
 
+// Without --config the agent reads the host's /etc/fleetlink/agent.conf when there
+// is one: every parse here names a file, or '' for none.
 ParseOutcome parse(std::vector<std::string> args) {
   std::vector<const char*> argv{"fleetlink-agent"};
+  if (std::find(args.begin(), args.end(), "--config") == args.end()) {
+    argv.push_back("--config");
+    argv.push_back("");
+  }
   for (auto& a : args) argv.push_back(a.c_str());
   return parse_command_line(static_cast<int>(argv.size()), argv.data());
 }
@@ -68,6 +75,27 @@ TEST_CASE("--version exits 0 with the version; bad values exit 2") {
   CHECK(bad.exit_code == 2);
   auto nan = parse({"--dmesg-max-lines", "lots"});
   CHECK(nan.exit_code == 2);
+}
+
+TEST_CASE("--config '' reads no file; --help and --version answer when the file does not parse") {
+  auto none = parse({"--config", "", "--rig-id", "r1"});
+  REQUIRE(none.status == ParseStatus::run);
+  CHECK(none.config.config_file.empty());
+  CHECK(none.config.rig_id == "r1");
+
+  const fs::path broken =
+      fs::temp_directory_path() / ("fleetlink-broken-" + std::to_string(std::random_device{}()) + ".conf");
+  std::ofstream(broken) << "no-such-key = 1\n";
+  for (const char* flag : {"--help", "-h", "--version"}) {
+    auto o = parse({"--config", broken.string(), flag});
+    CHECK(o.status == ParseStatus::exit);
+    CHECK(o.exit_code == 0);
+    CHECK(o.output.find("fleetlink-agent") != std::string::npos);
+  }
+  auto run = parse({"--config", broken.string()});
+  CHECK(run.exit_code == 2);
+  CHECK(run.output.find(broken.string()) != std::string::npos);
+  fs::remove(broken);
 }
 
 TEST_CASE("an explicitly named config file must exist; keys in it are read") {
