@@ -173,8 +173,8 @@ Expected<void> BrokerApp::start() {
   control_vhost_ = *cv;
   control_listener_ = std::make_unique<ControlListener>(
       loop_, ControlListener::Settings{cfg_.control_max_connections, cfg_.control_idle_timeout_ms}, observer_);
-  if (auto r = control_listener_->open(control_vhost_, cfg_.control, !copts.tls_cert.empty() && !copts.tls_key.empty());
-      !r)
+  const bool https = !copts.tls_cert.empty() && !copts.tls_key.empty();
+  if (auto r = control_listener_->open(control_vhost_, cfg_.control, /*own_accept=*/!https); !r)
     return make_error(Errc::io, "control API: " + r.error().detail);
   attach_control_listener(control_vhost_, control_listener_.get());
 

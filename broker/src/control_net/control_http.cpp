@@ -465,6 +465,12 @@ int callback_control(lws* wsi, lws_callback_reasons reason, void* user, void* in
       destroy_control_state(wsi);
       return 0;
 
+    case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED:
+      // A connection accepted: the listener's bound (control_listener.hpp).
+      if (ControlState* state = state_of(wsi); state != nullptr && state->listener != nullptr)
+        return state->listener->connection_opened(wsi) ? 0 : -1;
+      return 0;
+
     case LWS_CALLBACK_HTTP:
       return on_request(wsi, pss, std::string_view(static_cast<const char*>(in), len));
 

@@ -35,13 +35,20 @@ ControlListener::ControlListener(uv_loop_t* loop, Settings settings, FleetObserv
   if (settings_.max_connections == 0) settings_.max_connections = 1;
 }
 
+
 ControlListener::~ControlListener() { close(); }
 
 std::uint64_t ControlListener::now_ms() { return uv_hrtime() / 1000000; }
 
-Expected<void> ControlListener::open(lws_vhost* vhost, const HostPort& where, bool tls) {
+int ControlListener::port() const noexcept {
+  if (listener_) return listener_->port();
+  return vhost_ != nullptr ? lws_get_vhost_listen_port(vhost_) : 0;
+}
+
+Expected<void> ControlListener::open(lws_vhost* vhost, const HostPort& where, bool own_accept) {
   vhost_ = vhost;
-  tls_ = tls;
+  own_accept_ = own_accept;
+  if (own_accept_) {
   AdmissionListener::Hooks hooks;
   hooks.hand_over = [this](AdmissionListener::Accepted&& a) { hand_over(a.fd); };
   hooks.exhausted = [this] { observer_.accept_fd_exhausted("control"); };
@@ -52,6 +59,7 @@ Expected<void> ControlListener::open(lws_vhost* vhost, const HostPort& where, bo
   options.fd_reserve = 0;       // the control port is what the reserve is kept for
   listener_ = std::make_unique<AdmissionListener>(loop_, std::move(hooks), std::move(options));
   if (auto r = listener_->open(where, 1024); !r) return r;
+  }
   const std::uint64_t every = std::clamp<std::uint64_t>(settings_.idle_timeout_ms / 4, 20, 1000);
   sweep_timer_ = new uv_timer_t{};
   uv_timer_init(loop_, sweep_timer_);
@@ -72,33 +80,40 @@ void ControlListener::close_connection(lws* wsi, Conn& c, const char* why) {
   lws_set_timeout(wsi, PENDING_TIMEOUT_KILLED_BY_PARENT, LWS_TO_KILL_ASYNC);
 }
 
-void ControlListener::hand_over(int fd) {
-  if (live() >= settings_.max_connections) {
-    // Room for this one: the connection idle longest goes, if there is one.
-    lws* oldest = nullptr;
-    std::uint64_t oldest_ms = 0;
-    for (auto& [wsi, c] : conns_) {
-      if (c.closing_since_ms != 0 || control_net::connection_busy(wsi)) continue;
-      if (oldest == nullptr || c.last_active_ms < oldest_ms) {
-        oldest = wsi;
-        oldest_ms = c.last_active_ms;
-      }
+bool ControlListener::make_room() {
+  lws* oldest = nullptr;
+  std::uint64_t oldest_ms = 0;
+  for (auto& [wsi, c] : conns_) {
+    if (c.closing_since_ms != 0 || control_net::connection_busy(wsi)) continue;
+    if (oldest == nullptr || c.last_active_ms < oldest_ms) {
+      oldest = wsi;
+      oldest_ms = c.last_active_ms;
     }
-    if (oldest == nullptr) {
-      observer_.control_connection_closed("refused");
-      if (!tls_) (void)::send(fd, kTooManyConnections, sizeof kTooManyConnections - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-      ::close(fd);
-      return;
-    }
-    close_connection(oldest, conns_[oldest], "evicted");
   }
-  lws* wsi = lws_adopt_socket_vhost(vhost_, fd);
-  if (wsi == nullptr) {
-    FL_WARN("control port: could not adopt an accepted socket");
+  if (oldest == nullptr) return false;
+  close_connection(oldest, conns_[oldest], "evicted");
+  return true;
+}
+
+void ControlListener::hand_over(int fd) {
+  if (live() >= settings_.max_connections && !make_room()) {
+    observer_.control_connection_closed("refused");
+    (void)::send(fd, kTooManyConnections, sizeof kTooManyConnections - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ::close(fd);
     return;
+  }
+  // Registered by connection_opened(), from inside the adoption.
+  if (lws_adopt_socket_vhost(vhost_, fd) == nullptr) FL_WARN("control port: could not adopt an accepted socket");
+}
+
+bool ControlListener::connection_opened(lws* wsi) {
+  if (live() >= settings_.max_connections && !make_room()) {
+    observer_.control_connection_closed("refused");
+    return false;
   }
   conns_[wsi] = Conn{now_ms(), 0};
   observer_.control_connections(conns_.size());
+  return true;
 }
 
 void ControlListener::request_started(lws* wsi) {

@@ -6,10 +6,14 @@
 // connection holds one of the context's HTTP header slots, which rigs'
 // handshakes need too.
 //
-// So: an AdmissionListener (no SO_REUSEPORT: each broker has its own control
-// port) that backs off when out of descriptors, hands each socket to the
-// control vhost (lws_adopt_socket_vhost, HTTPS included), and this class's
-// bookkeeping of the connections open:
+// So, on a plain HTTP control port: an AdmissionListener (no SO_REUSEPORT: each
+// broker has its own control port) that backs off when out of descriptors and
+// hands each socket to the control vhost (lws_adopt_socket_vhost). An HTTPS
+// control port stays lws's own listener: lws 4.1.6 serves TLS only on a vhost
+// with a port or CONTEXT_PORT_NO_LISTEN_SERVER, and on the latter it re-binds
+// each connection (SNI, then the Host header) to the first such vhost, the
+// rigs' (LWS-NOTES). Either way, this class's bookkeeping of the connections
+// open (told by the vhost's callbacks):
 // - at most max_connections; at the bound a new connection replaces the one
 //   idle longest (so /healthz, /readyz and /metrics still get in when idle
 //   connections have taken every place), and with none idle it is refused
@@ -46,14 +50,19 @@ class ControlListener {
   ControlListener(const ControlListener&) = delete;
   ControlListener& operator=(const ControlListener&) = delete;
 
-  // Listens on `where` and hands accepted sockets to the control vhost (`tls`: it is HTTPS).
-  Expected<void> open(lws_vhost* vhost, const HostPort& where, bool tls);
-  int port() const noexcept { return listener_ ? listener_->port() : 0; }
+  // `own_accept`: listens on `where` and hands accepted sockets to the control
+  // vhost (made with CONTEXT_PORT_NO_LISTEN); otherwise lws listens (HTTPS) and
+  // only the bookkeeping runs here.
+  Expected<void> open(lws_vhost* vhost, const HostPort& where, bool own_accept);
+  int port() const noexcept;
   std::size_t open_connections() const noexcept { return conns_.size(); }
   // Stops accepting and forgets the connections (before the lws context goes). Idempotent.
   void close();
 
   // From the control vhost's callbacks (control_http.cpp):
+  // A connection was accepted (LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED):
+  // false to close it (at the bound, none idle to make room).
+  bool connection_opened(lws* wsi);
   void request_started(lws* wsi);   // a request's headers are in
   void connection_gone(lws* wsi);   // LWS_CALLBACK_WSI_DESTROY
 
@@ -63,6 +72,8 @@ class ControlListener {
     std::uint64_t closing_since_ms = 0;   // 0: not being closed by us
   };
   void hand_over(int fd);
+  // At the bound: closes the connection idle longest; false if none is idle.
+  bool make_room();
   void sweep();
   void close_connection(lws* wsi, Conn& c, const char* why);
   std::size_t live() const noexcept { return conns_.size() - closing_; }
@@ -72,7 +83,7 @@ class ControlListener {
   Settings settings_;
   FleetObserver& observer_;
   lws_vhost* vhost_ = nullptr;
-  bool tls_ = false;
+  bool own_accept_ = false;
   std::unique_ptr<AdmissionListener> listener_;
   uv_timer_t* sweep_timer_ = nullptr;   // heap: freed in the uv close callback
   std::unordered_map<lws*, Conn> conns_;

@@ -244,8 +244,12 @@ fleetlink::Expected<lws_vhost*> create_control_vhost(lws_context* context,
   std::memset(&info, 0, sizeof info);
   info.vhost_name = "fleetlink-control";
   // 0: lws picks one (lws_get_vhost_listen_port). With its own listener the
-  // broker accepts and hands sockets over (attach_control_listener()).
-  info.port = own_listener ? CONTEXT_PORT_NO_LISTEN_SERVER : options.port;
+  // broker accepts and hands sockets over (control_listener.hpp); not for HTTPS,
+  // which lws serves only on a vhost that listens or is
+  // CONTEXT_PORT_NO_LISTEN_SERVER, and that one would re-bind each request to
+  // the rigs' vhost (the first with that port).
+  const bool https = !state->options.tls_cert.empty() && !state->options.tls_key.empty();
+  info.port = own_listener && !https ? CONTEXT_PORT_NO_LISTEN : options.port;
   info.iface = state->options.host.empty() ? nullptr : state->options.host.c_str();
   info.protocols = control_net::kProtocols;
   info.keepalive_timeout = control_net::kKeepAliveIdleSecs;
