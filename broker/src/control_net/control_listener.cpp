@@ -76,8 +76,11 @@ void ControlListener::close_connection(lws* wsi, Conn& c, const char* why) {
     observer_.control_connection_closed(why);
   }
   c.closing_since_ms = now_ms();
-  // Outside of its callbacks: lws closes it on its next turn.
+  // Outside of its callbacks: lws closes it on its next turn, which a timeout
+  // set from outside does not bring about by itself (lws re-arms its timer
+  // only when it runs): wake it.
   lws_set_timeout(wsi, PENDING_TIMEOUT_KILLED_BY_PARENT, LWS_TO_KILL_ASYNC);
+  lws_cancel_service(lws_get_context(wsi));
 }
 
 bool ControlListener::make_room() {

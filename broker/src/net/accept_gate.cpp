@@ -531,11 +531,15 @@ void AcceptGate::sweep() {
   // Handed over and still not through TLS and the upgrade: lws closes them on its
   // next turn (their WSI_DESTROY ends the entry). Asked again each sweep in case a
   // later lws timeout of the handshake replaced this one.
+  lws_context* context = nullptr;
   for (const void* key : pending_.overdue(now, settings_.handshake_timeout_ms)) {
     auto* wsi = static_cast<lws*>(const_cast<void*>(key));
     if (killed_.insert(key).second) observer_.handshake_timed_out();
     lws_set_timeout(wsi, PENDING_TIMEOUT_KILLED_BY_PARENT, LWS_TO_KILL_ASYNC);
+    context = lws_get_context(wsi);
   }
+  // A timeout set from outside lws's callbacks waits for lws's next turn: wake it.
+  if (context != nullptr) lws_cancel_service(context);
   for (const std::string& address : pending_.expire(now)) addresses_.remove(address);
   std::erase_if(killed_, [this](const void* key) { return !pending_.contains(key); });
 }
