@@ -229,15 +229,14 @@ void AdmissionListener::look_again_after_episode() {
   if (descriptors_tight()) {
     exhaustion_.hit(now_ms());
     look_again_in(exhaustion_.backoff_ms() * 1000);
+    pump();
     return;
   }
   // Room: accept what waits (the episode ends with the first socket kept, or
   // with an empty backlog), and watch the listener again.
   accept_some();
-  if (!exhaustion_.active()) {
-    start_polling();
-    pump();
-  }
+  // Sockets already accepted need no new descriptor: they go on being handed over.
+  pump();
 }
 
 void AdmissionListener::out_of_descriptors(int err) {

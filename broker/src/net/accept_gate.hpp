@@ -20,7 +20,8 @@
 //   broker its CPU and the rig a failed attempt plus an exponential backoff;
 //   waiting costs neither.
 // - pending: handed to lws, handshake running. It is closed if its TLS handshake
-//   and WebSocket upgrade are not done within the handshake deadline (from accept).
+//   and WebSocket upgrade are not done within the handshake deadline of being
+//   handed over (time spent waiting for the broker's room is not the peer's fault).
 // Connections from one source address in these rooms are bounded; over the
 // bound a new one is closed at once. Plain ws rigs over the bucket are answered
 // 503 with a Retry-After at the upgrade (AcceptGate::on_upgrade), which is cheap
