@@ -69,6 +69,8 @@ bool AddressCounts::try_add(const std::string& address) {
   return true;
 }
 
+void AddressCounts::add(const std::string& address) { ++counts_[address]; }
+
 void AddressCounts::remove(const std::string& address) {
   auto it = counts_.find(address);
   if (it == counts_.end()) return;
@@ -491,7 +493,13 @@ Expected<void> AcceptGate::open(lws_vhost* vhost, const HostPort& where, bool tl
     }
     return tls ? bucket_.wait_us(mono_us()) : 0;
   };
-  hooks.admit = [this](const std::string& address) {
+  hooks.admit = [this, tls](const std::string& address) {
+    // The plain listener is loopback-only (benches, development): every peer has
+    // one address there, so it is not bounded per address (only counted).
+    if (!tls) {
+      addresses_.add(address);
+      return true;
+    }
     if (addresses_.try_add(address)) return true;
     observer_.handshake_refused_per_address();
     FL_DEBUG("connection from %s closed: %u handshakes pending from that address", address.c_str(),

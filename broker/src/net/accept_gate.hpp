@@ -22,8 +22,9 @@
 // - pending: handed to lws, handshake running. It is closed if its TLS handshake
 //   and WebSocket upgrade are not done within the handshake deadline of being
 //   handed over (time spent waiting for the broker's room is not the peer's fault).
-// Connections from one source address in these rooms are bounded; over the
-// bound a new one is closed at once. Plain ws rigs over the bucket are answered
+// Connections from one source address in these rooms are bounded on the TLS
+// listener (the plain one is loopback-only); over the bound a new one is closed
+// at once. Plain ws rigs over the bucket are answered
 // 503 with a Retry-After at the upgrade (AcceptGate::on_upgrade), which is cheap
 // there; a TLS rig is never refused with 503 (that would cost the handshake the
 // bucket protects): it waits.
@@ -96,6 +97,8 @@ class AddressCounts {
   explicit AddressCounts(std::uint32_t limit) : limit_(limit) {}
   // False (and nothing counted) when `address` is at the bound already.
   bool try_add(const std::string& address);
+  // Counted whatever the bound (a listener that is not bounded per address).
+  void add(const std::string& address);
   void remove(const std::string& address);
   std::uint32_t count(const std::string& address) const;
   std::size_t addresses() const noexcept { return counts_.size(); }
