@@ -317,7 +317,7 @@ ParseOutcome parse_command_line(int argc, const char* const* argv) {
   r.whole("handshake-timeout-ms", cfg.handshake_timeout_ms,
           "a rig connection without its TLS handshake and WebSocket upgrade done this long after accept is closed");
   r.whole("max-handshakes-per-address", cfg.max_handshakes_per_address,
-          "rig connections from one source address whose handshake is not done; over it a new one is closed "
+          "TLS rig connections from one source address whose handshake is not done; over it a new one is closed "
           "at once (0: no bound; behind a TCP load balancer or NAT raise it or use 0)");
   r.whole("control-max-connections", cfg.control_max_connections,
           "connections to the control port at once; at the bound a new one replaces the longest idle one "
