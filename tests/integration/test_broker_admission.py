@@ -1,8 +1,8 @@
 """Admission control: a burst of 1000 connection attempts is absorbed. Over the
 accept-rate token bucket a plain ws upgrade is answered 503 with a jittered
-Retry-After (before any WebSocket exists); a TLS connection is not accepted yet
-(it waits in the listen backlog, no handshake is spent on a refusal) and is
-accepted when a token is there. Every client eventually connects; none is dropped
+Retry-After (before any WebSocket exists); a TLS connection is never answered
+503 (that would cost the handshake the limit protects): its handshake waits
+until a token is there. PROTOCOL section 5.2 and OPERATIONS 6.2 say the same. Every client eventually connects; none is dropped
 without a 503; the control port answers throughout."""
 import asyncio
 import re
@@ -114,26 +114,34 @@ class BrokerAdmissionTest(LabTestCase):
         self.assertTrue(refused and refused[0].split()[-1] in ("0", "0.0"), refused)
 
     def test_tls_handshakes_in_flight_are_bounded(self):
-        # With room for 2 handshakes, 2 idle TCP connections that never send a
-        # ClientHello hold the listener; a third client waits in the backlog and
-        # is served as soon as one of them goes away.
+        # With room for 2 handshakes, 2 clients that started a TLS handshake and
+        # stalled (a record header, then nothing) hold the listener; a third client
+        # waits and is served as soon as one of them goes away. Silent TCP
+        # connections (no byte sent) take no slot at all.
         import socket
         broker = self.lab.broker(max_pending_handshakes=2)
         port = int(broker.url.split(":")[2].split("/")[0])
-        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+        silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
 
         async def go():
             ctx = rc.tls_context(self.lab.certs, "rig-a")
+            ws = await asyncio.wait_for(rc.connect(broker.url, ctx, open_timeout=10), 3)
+            await ws.close()
+            stalled = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+            for s_ in stalled:
+                s_.sendall(b"\x16\x03\x01\x02\x00")   # a handshake record of 512 bytes... that never comes
+            await asyncio.sleep(0.5)
             task = asyncio.ensure_future(rc.connect(broker.url, ctx, open_timeout=10))
             await asyncio.sleep(1.0)
             self.assertFalse(task.done(), "served while the handshake slots were full")
-            idle[0].close()
+            stalled[0].close()
             ws = await asyncio.wait_for(task, 5)
             await ws.close()
+            stalled[1].close()
         try:
             asyncio.run(go())
         finally:
-            for s_ in idle:
+            for s_ in silent:
                 s_.close()
 
 

@@ -2,11 +2,13 @@
 
 #include <libwebsockets.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <random>
 
 #include "common/log.hpp"
+#include "control_net/control_listener.hpp"
 #include "control_net/control_vhost.hpp"
 
 namespace fleetlink::broker {
@@ -53,6 +55,9 @@ AcceptGate::Settings gate_settings(const BrokerConfig& cfg) {
   s.retry_after_max_s = cfg.retry_after_max_s;
   s.max_pending_handshakes = cfg.max_pending_handshakes;
   s.tls_accept_timeout_s = cfg.tls_accept_timeout_s;
+  s.handshake_timeout_ms = cfg.handshake_timeout_ms;
+  s.max_handshakes_per_address = cfg.max_handshakes_per_address;
+  s.fd_reserve = cfg.fd_reserve();
   return s;
 }
 
@@ -84,7 +89,7 @@ BrokerApp::~BrokerApp() {
 }
 
 int BrokerApp::control_port() const noexcept {
-  return control_vhost_ ? lws_get_vhost_listen_port(control_vhost_) : 0;
+  return control_listener_ ? control_listener_->port() : 0;
 }
 
 Expected<void> BrokerApp::start() {
@@ -125,7 +130,10 @@ Expected<void> BrokerApp::start() {
   // (and by open control-API streams such as SSE): a bounded pool caps the peak of
   // a reconnect storm (later handshakes wait their turn), so the heap does not stay
   // fragmented at the storm's high-water mark, with room left for the control port.
-  info.max_http_header_pool = 256;
+  // Control connections take them too (one each while a request is read, or an
+  // event stream open): room for both, so neither starves the other.
+  info.max_http_header_pool = static_cast<unsigned short>(
+      std::min<std::uint32_t>(cfg_.max_pending_handshakes + cfg_.control_max_connections, 65535));
   info.max_http_header_data = 2048;
   // PENDING_TIMEOUT_SSL_ACCEPT (and lws's other protocol-level waits) use this; the
   // default 5 s killed handshakes that were merely queued behind others in a storm.
@@ -160,9 +168,15 @@ Expected<void> BrokerApp::start() {
   copts.default_drain_window = std::chrono::milliseconds(cfg_.drain_window_ms);
   copts.store = store_.get();
   // The unfinished jobs go on: the control plane runs them, from the records the store loaded.
-  auto cv = create_control_vhost(context_, copts, core_, metrics_, *jobs);
+  auto cv = create_control_vhost(context_, copts, core_, metrics_, *jobs, /*own_listener=*/true);
   if (!cv) return make_error(Errc::io, "control API on " + cfg_.control.to_string() + ": " + cv.error().detail);
   control_vhost_ = *cv;
+  control_listener_ = std::make_unique<ControlListener>(
+      loop_, ControlListener::Settings{cfg_.control_max_connections, cfg_.control_idle_timeout_ms}, observer_);
+  const bool https = !copts.tls_cert.empty() && !copts.tls_key.empty();
+  if (auto r = control_listener_->open(control_vhost_, cfg_.control, /*own_accept=*/!https); !r)
+    return make_error(Errc::io, "control API: " + r.error().detail);
+  attach_control_listener(control_vhost_, control_listener_.get());
 
   core_.set_transport_ready(true);
   start_timers_and_signals();
@@ -194,6 +208,9 @@ Expected<void> BrokerApp::create_rig_vhosts() {
   vh.ssl_private_key_filepath = cfg_.key.c_str();
   vh.ssl_ca_filepath = cfg_.ca.c_str();
   vh.retry_and_idle_policy = &g_no_lws_validity;
+  // lws drops a socket holding a header slot this long without a request (default 10 s,
+  // counted from adoption): past the gate's own handshake deadline, which decides.
+  vh.timeout_secs_ah_idle = cfg_.handshake_timeout_ms / 1000 + 2;
   agent_vhost_ = lws_create_vhost(context_, &vh);
   if (!agent_vhost_)
     return make_error(Errc::io, "cannot create the TLS listener: check --cert " + cfg_.cert + " --key " + cfg_.key +
@@ -207,6 +224,7 @@ Expected<void> BrokerApp::create_rig_vhosts() {
     pv.protocols = protocols;
     pv.options = LWS_SERVER_OPTION_LIBUV | LWS_SERVER_OPTION_DISABLE_OS_CA_CERTS;
     pv.retry_and_idle_policy = &g_no_lws_validity;
+    pv.timeout_secs_ah_idle = cfg_.handshake_timeout_ms / 1000 + 2;
     plain_vhost_ = lws_create_vhost(context_, &pv);
     if (!plain_vhost_) return make_error(Errc::io, "cannot create the plain ws vhost");
     if (auto r = gate_.open(plain_vhost_, cfg_.plain_listen, false); !r) return r;
@@ -290,6 +308,7 @@ void BrokerApp::shutdown() {
   if (store_ && control_vhost_) core_.flush_store();
   if (control_vhost_) shutdown_control_api(control_vhost_);
   control_vhost_ = nullptr;
+  if (control_listener_) control_listener_->close();
   gate_.close();
   if (handles_open_) {
     handles_open_ = false;

@@ -38,6 +38,8 @@ class LoopClock final : public Clock {
   std::uint64_t start_ms_;
 };
 
+class ControlListener;
+
 class BrokerApp {
  public:
   // `registry` is used when the config says embedded; with --registry redis the
@@ -81,6 +83,7 @@ class BrokerApp {
   net::RigProtocol rig_;
   FleetCore core_;
   AcceptGate gate_;
+  std::unique_ptr<ControlListener> control_listener_;   // the control port's accept() (control_listener.hpp)
 
   lws_context* context_ = nullptr;
   lws_vhost* agent_vhost_ = nullptr;

@@ -47,6 +47,10 @@ constexpr Limit kLimits[] = {
     {"ws-rx-buffer-bytes", 128, 65536},
     {"max-pending-handshakes", 1, 1'000'000},
     {"tls-accept-timeout-s", 1, 3600},
+    {"handshake-timeout-ms", 100, 3'600'000},
+    {"max-handshakes-per-address", 0, 1'000'000},
+    {"control-max-connections", 1, 100'000},
+    {"control-idle-timeout-ms", 100, 86'400'000},
     {"tls-ticket-lifetime-s", 60, 604800},
     {"command-history", 1, 10'000'000},
     {"store-commit-interval-ms", 1, 10000},
@@ -312,6 +316,17 @@ ParseOutcome parse_command_line(int argc, const char* const* argv) {
   r.whole("retry-after-max-s", cfg.retry_after_max_s, "and at most");
   r.whole("max-pending-handshakes", cfg.max_pending_handshakes,
           "accepted sockets whose TLS handshake/upgrade may run at once; the rest wait in the backlog");
+  r.whole("handshake-timeout-ms", cfg.handshake_timeout_ms,
+          "a rig connection without its TLS handshake and WebSocket upgrade done this long after accept is closed");
+  r.whole("max-handshakes-per-address", cfg.max_handshakes_per_address,
+          "TLS rig connections from one source address whose handshake is not done; over it a new one is closed "
+          "at once (0: no bound; behind a TCP load balancer or NAT raise it or use 0)");
+  r.whole("control-max-connections", cfg.control_max_connections,
+          "connections to the control port at once; at the bound a new one replaces the longest idle one "
+          "(the descriptor reserve is this + 32)");
+  r.whole("control-idle-timeout-ms", cfg.control_idle_timeout_ms,
+          "a control-port connection with no request in progress for this long is closed (event streams and "
+          "/v1/stream are never idle)");
   r.whole("tls-accept-timeout-s", cfg.tls_accept_timeout_s,
           "a TLS handshake (and other lws-level waits) not finished by then is dropped");
   app.add_option("--tls-ticket-key-file", cfg.tls_ticket_key_file,
@@ -446,6 +461,10 @@ ConfigReport validate(const BrokerConfig& cfg) {
       {"retry-after-max-s", cfg.retry_after_max_s},
       {"max-pending-handshakes", cfg.max_pending_handshakes},
       {"tls-accept-timeout-s", cfg.tls_accept_timeout_s},
+      {"handshake-timeout-ms", cfg.handshake_timeout_ms},
+      {"max-handshakes-per-address", cfg.max_handshakes_per_address},
+      {"control-max-connections", cfg.control_max_connections},
+      {"control-idle-timeout-ms", cfg.control_idle_timeout_ms},
       {"tls-ticket-lifetime-s", cfg.tls_ticket_lifetime_s},
       {"drain-window-ms", cfg.drain_window_ms},
       {"drain-deadline-ms", cfg.drain_deadline_ms},

@@ -50,6 +50,12 @@ struct BrokerConfig {
   std::uint32_t retry_after_max_s = 15;
   std::uint32_t max_pending_handshakes = 256;  // accepted, TLS/upgrade not finished yet
   std::uint32_t tls_accept_timeout_s = 30;     // lws kills a TLS accept not finished by then
+  std::uint32_t handshake_timeout_ms = 10000;  // accept -> TLS and upgrade done, or closed (accept_gate.hpp)
+  std::uint32_t max_handshakes_per_address = 32;  // not-yet-handshaken connections per source (0: no bound)
+  std::uint32_t control_max_connections = 64;     // control-port connections at once
+  std::uint32_t control_idle_timeout_ms = 60000;  // a control connection with no request is closed after
+  // Descriptors under RLIMIT_NOFILE rig sockets leave to the control port, the store and lws.
+  std::uint64_t fd_reserve() const noexcept { return std::uint64_t{control_max_connections} + 32; }
   std::string tls_ticket_key_file;             // empty: no TLS session tickets (tls_tuning.hpp)
   std::uint32_t tls_ticket_lifetime_s = 86400;
   double rig_rate = 200;

@@ -19,6 +19,7 @@
 #include "control/handler_support.hpp"
 #include "control/http_util.hpp"
 #include "control/routes.hpp"
+#include "control_net/control_listener.hpp"
 #include "control_net/control_state.hpp"
 #include "net/lws_io.hpp"
 
@@ -325,6 +326,7 @@ int on_request(lws* wsi, PerSession* pss, std::string_view path) {
   destroy_transaction(pss);
   ControlState* state = state_of(wsi);
   if (state == nullptr) return -1;
+  if (state->listener != nullptr) state->listener->request_started(wsi);
   auto* tx = new (std::nothrow) Transaction();
   if (tx == nullptr) return -1;
   pss->tx = tx;
@@ -411,6 +413,13 @@ std::string header_value(lws* wsi, lws_token_indexes token) {
   return value;
 }
 
+bool connection_busy(lws* wsi) {
+  const lws_protocols* protocol = lws_get_protocol(wsi);
+  if (protocol != nullptr && protocol->callback != callback_control) return true;   // a /v1/stream WebSocket
+  const auto* pss = static_cast<const PerSession*>(lws_wsi_user(wsi));
+  return pss != nullptr && pss->tx != nullptr;
+}
+
 bool render_headers(lws* wsi, const HttpResponse& r, std::size_t content_length, bool event_stream,
                     std::string& out) {
   unsigned char buf[kHeaderSpace];
@@ -456,6 +465,12 @@ int callback_control(lws* wsi, lws_callback_reasons reason, void* user, void* in
       destroy_control_state(wsi);
       return 0;
 
+    case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED:
+      // A connection accepted: the listener's bound (control_listener.hpp).
+      if (ControlState* state = state_of(wsi); state != nullptr && state->listener != nullptr)
+        return state->listener->connection_opened(wsi) ? 0 : -1;
+      return 0;
+
     case LWS_CALLBACK_HTTP:
       return on_request(wsi, pss, std::string_view(static_cast<const char*>(in), len));
 
@@ -488,7 +503,10 @@ int callback_control(lws* wsi, lws_callback_reasons reason, void* user, void* in
       // lws sends WSI_DESTROY to the first protocol for every connection of the
       // vhost, control streams included: theirs has a null session pointer by
       // then (LWS_CALLBACK_CLOSED came first), which reads as no transaction.
-      if (ControlState* state = state_of(wsi); state != nullptr) state->kept_alive.erase(wsi);
+      if (ControlState* state = state_of(wsi); state != nullptr) {
+        state->kept_alive.erase(wsi);
+        if (reason == LWS_CALLBACK_WSI_DESTROY && state->listener != nullptr) state->listener->connection_gone(wsi);
+      }
       destroy_transaction(pss);
       return 0;
 

@@ -29,6 +29,10 @@
 #include "fleet/string_hash.hpp"
 #include "observe/metrics.hpp"
 
+namespace fleetlink::broker {
+class ControlListener;
+}
+
 namespace fleetlink::broker::control_net {
 
 // Bytes per write of an event stream or a control stream. One turn of the loop
@@ -186,6 +190,9 @@ struct ControlState {
   // Connections that already completed a keep-alive transaction: only their
   // later requests can be pipelined ones (control_http.cpp).
   std::unordered_set<lws*> kept_alive;
+  // The control port's listener (control_listener.hpp): told of requests and of
+  // connections gone, for its bound and idle timeout. Null: lws listens itself.
+  ControlListener* listener = nullptr;
   // Fan-out jobs. The Fleet is listened to only while one runs (events cost
   // the data plane something only when somebody listens).
   JobTable jobs;
@@ -215,6 +222,9 @@ void cancel_end_of_turn_flush(StreamSession* s);
 // ---- control_http.cpp ----
 int callback_control(lws* wsi, lws_callback_reasons reason, void* user, void* in, std::size_t len);
 std::string header_value(lws* wsi, lws_token_indexes token);
+// Whether a control connection has something in progress (a request being
+// answered, held or streamed, or a /v1/stream WebSocket): not idle.
+bool connection_busy(lws* wsi);
 // Status line and headers into `out`; `content_length` is ignored for an event stream.
 bool render_headers(lws* wsi, const HttpResponse& r, std::size_t content_length, bool event_stream,
                     std::string& out);

@@ -216,7 +216,8 @@ using control_net::ControlState;
 fleetlink::Expected<lws_vhost*> create_control_vhost(lws_context* context,
                                                      const ControlApiOptions& options,
                                                      Fleet& fleet, BrokerMetrics& metrics,
-                                                     const std::vector<JobRecord>& unfinished_jobs) {
+                                                     const std::vector<JobRecord>& unfinished_jobs,
+                                                     bool own_listener) {
   if (context == nullptr) return make_error(Errc::invalid_argument, "no lws context");
   if (options.port < 0 || options.port > 65535) {
     return make_error(Errc::invalid_argument,
@@ -242,7 +243,13 @@ fleetlink::Expected<lws_vhost*> create_control_vhost(lws_context* context,
   lws_context_creation_info info;
   std::memset(&info, 0, sizeof info);
   info.vhost_name = "fleetlink-control";
-  info.port = options.port;  // 0: lws picks one (lws_get_vhost_listen_port)
+  // 0: lws picks one (lws_get_vhost_listen_port). With its own listener the
+  // broker accepts and hands sockets over (control_listener.hpp); not for HTTPS,
+  // which lws serves only on a vhost that listens or is
+  // CONTEXT_PORT_NO_LISTEN_SERVER, and that one would re-bind each request to
+  // the rigs' vhost (the first with that port).
+  const bool https = !state->options.tls_cert.empty() && !state->options.tls_key.empty();
+  info.port = own_listener && !https ? CONTEXT_PORT_NO_LISTEN : options.port;
   info.iface = state->options.host.empty() ? nullptr : state->options.host.c_str();
   info.protocols = control_net::kProtocols;
   info.keepalive_timeout = control_net::kKeepAliveIdleSecs;
@@ -281,6 +288,10 @@ fleetlink::Expected<lws_vhost*> create_control_vhost(lws_context* context,
   return vhost;
 }
 
+void attach_control_listener(lws_vhost* vhost, ControlListener* listener) {
+  if (ControlState* state = control_net::state_of_vhost(vhost)) state->listener = listener;
+}
+
 void shutdown_control_api(lws_vhost* vhost) {
   ControlState* state = control_net::state_of_vhost(vhost);
   if (state == nullptr || state->shut_down) return;
@@ -306,6 +317,7 @@ void shutdown_control_api(lws_vhost* vhost) {
   }
   state->shut_down = true;
   state->fleet = nullptr;
+  state->listener = nullptr;
 }
 
 }  // namespace fleetlink::broker

@@ -18,6 +18,8 @@ struct lws_vhost;
 
 namespace fleetlink::broker {
 
+class ControlListener;
+
 // Creates the control vhost on an existing context created with
 // LWS_SERVER_OPTION_EXPLICIT_VHOSTS (+ LWS_SERVER_OPTION_LIBUV).
 // `fleet` and `metrics` must outlive the vhost (i.e. the context), or
@@ -28,7 +30,13 @@ namespace fleetlink::broker {
 fleetlink::Expected<lws_vhost*> create_control_vhost(lws_context* context,
                                                      const ControlApiOptions& options,
                                                      Fleet& fleet, BrokerMetrics& metrics,
-                                                     const std::vector<JobRecord>& unfinished_jobs = {});
+                                                     const std::vector<JobRecord>& unfinished_jobs = {},
+                                                     bool own_listener = false);
+
+// The broker owns the control port's accept() (control_listener.hpp): the vhost
+// listens on nothing itself when `own_listener` is set in create_control_vhost(),
+// and the listener is told of its requests and closes through this.
+void attach_control_listener(lws_vhost* vhost, ControlListener* listener);
 
 // Orderly shutdown: ends every open SSE stream (unsubscribing it from the
 // Fleet), writes the running jobs' records (for the store's next commit) and

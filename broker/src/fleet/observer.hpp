@@ -26,6 +26,18 @@ class FleetObserver {
   // An upgrade to the rig endpoint was admitted or refused (503 + Retry-After).
   virtual void upgrade_admitted() {}
   virtual void upgrade_refused(std::string_view /*why*/, std::string_view /*retry_after*/) {}
+  // Admission under pressure (net/accept_gate, control_net/control_listener).
+  // A listener ran out of file descriptors: an episode began ("rig", "plain", "control").
+  virtual void accept_fd_exhausted(std::string_view /*listener*/) {}
+  // A rig connection was closed: no TLS handshake and upgrade within the handshake deadline.
+  virtual void handshake_timed_out() {}
+  // A new rig connection was closed at once: its address had too many handshakes pending.
+  virtual void handshake_refused_per_address() {}
+  // The broker closed a control-port connection: "idle", "evicted" (room for a new
+  // one at the bound) or "refused" (at the bound, none idle).
+  virtual void control_connection_closed(std::string_view /*why*/) {}
+  // Control-port connections open now.
+  virtual void control_connections(std::size_t /*open*/) {}
   // A TLS rig connection was established: resumed from a ticket, or a full handshake.
   virtual void tls_established(bool /*resumed*/) {}
   virtual void session_opened(const RigSession& /*s*/) {}

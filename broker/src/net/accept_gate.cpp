@@ -4,12 +4,14 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <libwebsockets.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -19,17 +21,107 @@
 
 namespace fleetlink::broker {
 
-std::size_t PendingHandshakes::expire(std::uint64_t now_ms) {
-  std::size_t n = 0;
-  for (auto it = started_at_.begin(); it != started_at_.end();) {
-    if (now_ms - it->second > max_age_ms_) {
-      it = started_at_.erase(it);
-      ++n;
+namespace {
+
+std::uint64_t now_ms() { return uv_hrtime() / 1000000; }
+
+}  // namespace
+
+void PendingHandshakes::started(const void* key, std::uint64_t now_ms, std::string address) {
+  entries_[key] = Entry{now_ms, std::move(address)};
+}
+
+std::optional<std::string> PendingHandshakes::finished(const void* key) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return std::nullopt;
+  std::string address = std::move(it->second.address);
+  entries_.erase(it);
+  return address;
+}
+
+std::vector<std::string> PendingHandshakes::expire(std::uint64_t now_ms) {
+  std::vector<std::string> gone;
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (now_ms - it->second.started_ms > max_age_ms_) {
+      gone.push_back(std::move(it->second.address));
+      it = entries_.erase(it);
     } else {
       ++it;
     }
   }
-  return n;
+  return gone;
+}
+
+std::vector<const void*> PendingHandshakes::overdue(std::uint64_t now_ms, std::uint64_t deadline_ms) const {
+  std::vector<const void*> keys;
+  for (const auto& [key, entry] : entries_)
+    if (now_ms - entry.started_ms >= deadline_ms) keys.push_back(key);
+  return keys;
+}
+
+bool AddressCounts::try_add(const std::string& address) {
+  std::uint32_t& n = counts_[address];
+  if (limit_ != 0 && n >= limit_) {
+    if (n == 0) counts_.erase(address);
+    return false;
+  }
+  ++n;
+  return true;
+}
+
+void AddressCounts::add(const std::string& address) { ++counts_[address]; }
+
+void AddressCounts::remove(const std::string& address) {
+  auto it = counts_.find(address);
+  if (it == counts_.end()) return;
+  if (--it->second == 0) counts_.erase(it);
+}
+
+std::uint32_t AddressCounts::count(const std::string& address) const {
+  auto it = counts_.find(address);
+  return it == counts_.end() ? 0 : it->second;
+}
+
+bool FdExhaustion::hit(std::uint64_t now_ms) noexcept {
+  if (!active_) {
+    active_ = true;
+    started_ms_ = now_ms;
+    episode_ = Episode{};
+    backoff_ms_ = kFirstBackoffMs;
+    return true;
+  }
+  ++episode_.retries;
+  backoff_ms_ = std::min(backoff_ms_ * 2, kMaxBackoffMs);
+  return false;
+}
+
+std::optional<FdExhaustion::Episode> FdExhaustion::end(std::uint64_t now_ms) noexcept {
+  if (!active_) return std::nullopt;
+  active_ = false;
+  Episode e = episode_;
+  e.duration_ms = now_ms - started_ms_;
+  backoff_ms_ = kFirstBackoffMs;
+  return e;
+}
+
+std::string address_text(const sockaddr_storage& ss) {
+  char host[INET6_ADDRSTRLEN] = {};
+  if (ss.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr, host, sizeof host);
+  } else if (ss.ss_family == AF_INET6) {
+    const auto* a6 = reinterpret_cast<const sockaddr_in6*>(&ss);
+    if (IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr)) {
+      inet_ntop(AF_INET, &a6->sin6_addr.s6_addr[12], host, sizeof host);   // the same peer as over IPv4
+    } else {
+      inet_ntop(AF_INET6, &a6->sin6_addr, host, sizeof host);
+    }
+  }
+  return host;
+}
+
+AdmissionListener::AdmissionListener(uv_loop_t* loop, Hooks hooks, Options options)
+    : loop_(loop), hooks_(std::move(hooks)), options_(std::move(options)) {
+  if (options_.max_waiting == 0) options_.max_waiting = 1;
 }
 
 AdmissionListener::~AdmissionListener() { close(); }
@@ -51,7 +143,7 @@ Expected<void> AdmissionListener::open(const HostPort& where, int backlog) {
   }
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+  if (options_.reuse_port) setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
   if (::bind(fd, res->ai_addr, res->ai_addrlen) != 0 || ::listen(fd, backlog) != 0) {
     std::string err = std::strerror(errno);
     freeaddrinfo(res);
@@ -65,12 +157,22 @@ Expected<void> AdmissionListener::open(const HostPort& where, int backlog) {
   port_ = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
                                    : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
   fd_ = fd;
-  // Accepted-but-waiting sockets hold descriptors: while some wait, leave the last
-  // kFdReserve for lws and the control port (see start_polling()). With nothing
-  // waiting, sockets are served as they come, up to the limit itself.
+  // The descriptors at and above the ceiling are the reserve: an accept that
+  // gets one of them gives it back at once (see accept_some()).
   rlimit nofile{};
-  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY)
-    fd_ceiling_ = nofile.rlim_cur > kFdReserve ? static_cast<int>(nofile.rlim_cur - kFdReserve) : 0;
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY) {
+    const rlim_t reserve = static_cast<rlim_t>(options_.fd_reserve);
+    const rlim_t ceiling = nofile.rlim_cur > reserve ? nofile.rlim_cur - reserve : 0;
+    fd_ceiling_ = static_cast<int>(std::min<rlim_t>(ceiling, std::numeric_limits<int>::max()));
+  }
+  if (options_.wait_for_data) {
+    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+    if (epoll_fd_ < 0) return make_error(Errc::io, std::string("epoll_create1: ") + std::strerror(errno));
+    quiet_poll_ = new uv_poll_t{};
+    uv_poll_init(loop_, quiet_poll_, epoll_fd_);
+    quiet_poll_->data = this;
+    uv_poll_start(quiet_poll_, UV_READABLE, &AdmissionListener::on_quiet_readable);
+  }
   poll_ = new uv_poll_t{};
   uv_poll_init_socket(loop_, poll_, fd_);
   poll_->data = this;
@@ -96,12 +198,17 @@ bool AdmissionListener::descriptors_tight() const {
   return probe >= fd_ceiling_;
 }
 
+std::uint64_t AdmissionListener::backlog() const {
+  // Linux reports a listening socket's accept queue length in tcpi_unacked.
+  tcp_info info{};
+  socklen_t len = sizeof info;
+  if (fd_ < 0 || getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return 0;
+  return info.tcpi_unacked;
+}
+
 void AdmissionListener::start_polling() {
-  if (!poll_ || !paused_ || waiting_.size() >= max_waiting_) return;
-  if (!waiting_.empty() && descriptors_tight()) {
-    look_again_in(100 * 1000);
-    return;
-  }
+  // During an episode only the back-off timer looks again (look_again_after_episode()).
+  if (!poll_ || !paused_ || exhaustion_.active() || waiting_.size() >= options_.max_waiting) return;
   paused_ = false;
   // Level-triggered: fires at once if connections wait in the kernel's backlog.
   uv_poll_start(poll_, UV_READABLE, &AdmissionListener::on_readable);
@@ -111,64 +218,185 @@ void AdmissionListener::look_again_in(std::uint64_t us) {
   std::uint64_t ms = (us + 999) / 1000;
   uv_timer_start(timer_, [](uv_timer_t* t) {
     if (auto* self = static_cast<AdmissionListener*>(t->data)) {
-      self->start_polling();   // after EMFILE
-      self->pump();
+      if (self->exhaustion_.active()) {
+        self->look_again_after_episode();
+      } else {
+        self->pump();
+      }
     }
   }, ms == 0 ? 1 : ms, 0);
+}
+
+void AdmissionListener::look_again_after_episode() {
+  if (descriptors_tight()) {
+    exhaustion_.hit(now_ms());
+    look_again_in(exhaustion_.backoff_ms() * 1000);
+    pump();
+    return;
+  }
+  // Room: accept what waits (the episode ends with the first socket kept, or
+  // with an empty backlog), and watch the listener again.
+  accept_some();
+  // Sockets already accepted need no new descriptor: they go on being handed over.
+  pump();
+}
+
+void AdmissionListener::out_of_descriptors(int err) {
+  const bool first = exhaustion_.hit(now_ms());
+  if (first) {
+    if (hooks_.exhausted) hooks_.exhausted();
+    rlimit nofile{};
+    getrlimit(RLIMIT_NOFILE, &nofile);
+    FL_WARN("%s listener: out of file descriptors (%s; limit %llu, %llu kept in reserve): accepting paused, "
+            "looking again every %llu-%llu ms; %zu accepted sockets waiting, %llu in the backlog",
+            options_.name.c_str(), err != 0 ? std::strerror(err) : "the rest is the reserve",
+            static_cast<unsigned long long>(nofile.rlim_cur), static_cast<unsigned long long>(options_.fd_reserve),
+            static_cast<unsigned long long>(FdExhaustion::kFirstBackoffMs),
+            static_cast<unsigned long long>(FdExhaustion::kMaxBackoffMs), waiting_.size() + quiet_.size(),
+            static_cast<unsigned long long>(backlog()));
+  }
+  stop_polling();
+  look_again_in(exhaustion_.backoff_ms() * 1000);
+}
+
+void AdmissionListener::end_episode() {
+  if (auto e = exhaustion_.end(now_ms())) {
+    FL_WARN("%s listener: accepting again after %llu ms out of file descriptors (%llu connections refused, "
+            "%llu looks without room, %llu waiting in the backlog)",
+            options_.name.c_str(), static_cast<unsigned long long>(e->duration_ms),
+            static_cast<unsigned long long>(e->refused), static_cast<unsigned long long>(e->retries),
+            static_cast<unsigned long long>(backlog()));
+    uv_timer_stop(timer_);
+  }
 }
 
 void AdmissionListener::resume() { pump(); }
 
 void AdmissionListener::pump() {
   while (!waiting_.empty()) {
-    if (hold_us_) {
-      std::uint64_t hold = hold_us_();
+    if (hooks_.hold_us) {
+      std::uint64_t hold = hooks_.hold_us();
       if (hold != 0) {
-        if (hold != kUntilResumed) look_again_in(hold);
+        if (hold != kUntilResumed && !exhaustion_.active()) look_again_in(hold);
         return;
       }
     }
-    int fd = waiting_.front();
+    Accepted a = std::move(waiting_.front());
     waiting_.pop_front();
-    on_accept_(fd);
+    hooks_.hand_over(std::move(a));
   }
   start_polling();
+}
+
+void AdmissionListener::drop(int fd, const std::string& address) {
+  ::close(fd);
+  if (hooks_.released) hooks_.released(address);
+}
+
+void AdmissionListener::keep(Accepted&& a) {
+  if (!options_.wait_for_data) {
+    waiting_.push_back(std::move(a));
+    return;
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.fd = a.fd;
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, a.fd, &ev) != 0) {
+    waiting_.push_back(std::move(a));   // cannot watch it: let lws have it
+    return;
+  }
+  const std::uint64_t serial = ++next_serial_;
+  const std::uint64_t at = now_ms();
+  quiet_order_.push_back(QuietAge{a.fd, serial, at});
+  quiet_.emplace(a.fd, Quiet{std::move(a.address), at, serial});
+}
+
+void AdmissionListener::accept_some() {
+  // Bounded per wake-up so a storm cannot starve established connections.
+  for (int i = 0; i < 64; ++i) {
+    if (waiting_.size() >= options_.max_waiting) {
+      stop_polling();   // the kernel's backlog is the waiting room now
+      break;
+    }
+    sockaddr_storage ss{};
+    socklen_t sl = sizeof ss;
+    int fd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&ss), &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE) {
+        // Out of descriptors: a level-triggered poll would spin; look again later.
+        out_of_descriptors(errno);
+      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        end_episode();   // nobody waits: whatever the episode was, it is over
+      } else {
+        FL_WARN("%s listener: accept failed: %s", options_.name.c_str(), std::strerror(errno));
+      }
+      break;
+    }
+    if (fd >= fd_ceiling_) {
+      // The reserve: this descriptor belongs to the control port and the broker's
+      // own files. The connection is refused (closed) and accepting pauses.
+      ::close(fd);
+      exhaustion_.refused();
+      out_of_descriptors(0);
+      break;
+    }
+    end_episode();
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    Accepted a{fd, address_text(ss)};
+    if (hooks_.admit && !hooks_.admit(a.address)) {
+      ::close(fd);
+      continue;
+    }
+    keep(std::move(a));
+  }
 }
 
 void AdmissionListener::on_readable(uv_poll_t* handle, int status, int /*events*/) {
   auto* self = static_cast<AdmissionListener*>(handle->data);
   if (!self || status < 0 || self->fd_ < 0) return;
-  // Bounded per wake-up so a storm cannot starve established connections.
-  for (int i = 0; i < 64; ++i) {
-    if (self->waiting_.size() >= self->max_waiting_) {
-      self->stop_polling();   // the kernel's backlog is the waiting room now
-      break;
+  self->accept_some();
+  self->pump();
+}
+
+void AdmissionListener::on_quiet_readable(uv_poll_t* handle, int status, int /*events*/) {
+  auto* self = static_cast<AdmissionListener*>(handle->data);
+  if (!self || status < 0 || self->epoll_fd_ < 0) return;
+  epoll_event evs[64];
+  const int n = epoll_wait(self->epoll_fd_, evs, 64, 0);
+  for (int i = 0; i < n; ++i) {
+    const int fd = evs[i].data.fd;
+    epoll_ctl(self->epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+    auto it = self->quiet_.find(fd);
+    if (it == self->quiet_.end()) continue;
+    std::string address = std::move(it->second.address);
+    self->quiet_.erase(it);
+    if ((evs[i].events & EPOLLIN) == 0 && (evs[i].events & (EPOLLERR | EPOLLHUP | EPOLLRDHUP)) != 0) {
+      self->drop(fd, address);   // gone before it said anything
+      continue;
     }
-    int fd = ::accept4(self->fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EMFILE || errno == ENFILE) {
-        // Out of descriptors: a level-triggered poll would spin; look again later.
-        FL_WARN("accept failed: %s (%zu accepted sockets waiting)", std::strerror(errno), self->waiting_.size());
-        self->stop_polling();
-        self->look_again_in(100 * 1000);
-      } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        FL_WARN("accept failed: %s", std::strerror(errno));
-      }
-      break;
-    }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    self->waiting_.push_back(fd);
-    if (fd >= self->fd_ceiling_ && self->waiting_.size() > 1) {
-      // Waiting sockets must not eat the last descriptors (rigs being served and
-      // the control port need them): until some are free again (start_polling()).
-      self->stop_polling();
-      self->look_again_in(100 * 1000);
-      break;
-    }
+    self->waiting_.push_back(Accepted{fd, std::move(address)});
   }
   self->pump();
+}
+
+std::size_t AdmissionListener::expire_quiet(std::uint64_t now) {
+  std::size_t n = 0;
+  while (!quiet_order_.empty() && now - quiet_order_.front().accepted_ms >= options_.quiet_timeout_ms) {
+    const QuietAge age = quiet_order_.front();
+    quiet_order_.pop_front();
+    auto it = quiet_.find(age.fd);
+    if (it == quiet_.end() || it->second.serial != age.serial) continue;   // it spoke, or it is another socket now
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, age.fd, nullptr);
+    std::string address = std::move(it->second.address);
+    quiet_.erase(it);
+    drop(age.fd, address);
+    if (hooks_.quiet_timed_out) hooks_.quiet_timed_out();
+    ++n;
+  }
+  if (quiet_.empty()) quiet_order_.clear();
+  return n;
 }
 
 void AdmissionListener::close() {
@@ -180,8 +408,22 @@ void AdmissionListener::close() {
     timer_ = nullptr;
   }
   paused_ = false;
-  for (int fd : waiting_) ::close(fd);
+  for (Accepted& a : waiting_) drop(a.fd, a.address);
   waiting_.clear();
+  for (auto& [fd, q] : quiet_) drop(fd, q.address);
+  quiet_.clear();
+  quiet_order_.clear();
+  if (quiet_poll_) {
+    quiet_poll_->data = nullptr;
+    uv_poll_stop(quiet_poll_);
+    uv_close(reinterpret_cast<uv_handle_t*>(quiet_poll_),
+             [](uv_handle_t* h) { delete reinterpret_cast<uv_poll_t*>(h); });
+    quiet_poll_ = nullptr;
+  }
+  if (epoll_fd_ >= 0) {
+    ::close(epoll_fd_);
+    epoll_fd_ = -1;
+  }
   if (poll_) {
     poll_->data = nullptr;
     uv_poll_stop(poll_);
@@ -216,9 +458,9 @@ int add_status_line(int code, const char* text, unsigned char** p, unsigned char
 AcceptGate::AcceptGate(uv_loop_t* loop, Settings settings, FleetObserver& observer, std::function<bool()> draining)
     : loop_(loop), settings_(settings), observer_(observer), draining_(std::move(draining)),
       bucket_(settings.accept_rate, settings.accept_burst, mono_us()),
-      // A pending entry outlives lws's own TLS-accept timeout only if its end was missed.
-      pending_(settings.max_pending_handshakes, (std::uint64_t{settings.tls_accept_timeout_s} + 10) * 1000),
-      rng_(std::random_device{}()) {}
+      // An entry outlives the handshake deadline (whose sweep closes it) only if its end was missed.
+      pending_(settings.max_pending_handshakes, std::uint64_t{settings.handshake_timeout_ms} + 10000),
+      addresses_(settings.max_handshakes_per_address), rng_(std::random_device{}()) {}
 
 AcceptGate::~AcceptGate() { close(); }
 
@@ -226,36 +468,96 @@ std::uint64_t AcceptGate::mono_us() const noexcept { return uv_hrtime() / 1000; 
 std::uint64_t AcceptGate::mono_ms() const noexcept { return uv_hrtime() / 1000000; }
 
 Expected<void> AcceptGate::open(lws_vhost* vhost, const HostPort& where, bool tls) {
-  auto adopt = [this, vhost, tls](int fd) {
+  AdmissionListener::Hooks hooks;
+  hooks.hand_over = [this, vhost, tls](AdmissionListener::Accepted&& a) {
     if (draining_()) {
-      ::close(fd);
+      ::close(a.fd);
+      addresses_.remove(a.address);
       return;
     }
     if (tls) bucket_.try_take(mono_us());
-    lws* wsi = lws_adopt_socket_vhost(vhost, fd);
+    lws* wsi = lws_adopt_socket_vhost(vhost, a.fd);
     if (!wsi) {
+      // lws closed the socket (lws_adopt_descriptor_vhost2's failure path) or never had it.
       FL_WARN("could not adopt an accepted socket");
-      ::close(fd);
+      addresses_.remove(a.address);
       return;
     }
-    pending_.started(wsi, mono_ms());
+    pending_.started(wsi, mono_ms(), std::move(a.address));
   };
-  auto hold = [this, tls]() -> std::uint64_t {
+  hooks.hold_us = [this, tls]() -> std::uint64_t {
     if (pending_.full()) {
-      pending_.expire(mono_ms());
+      for (const std::string& address : pending_.expire(mono_ms())) addresses_.remove(address);
       // Resumed by handshake_finished(); the timed look again only guards a missed end.
       if (pending_.full()) return 100 * 1000;
     }
     return tls ? bucket_.wait_us(mono_us()) : 0;
   };
+  hooks.admit = [this, tls](const std::string& address) {
+    // The plain listener is loopback-only (benches, development): every peer has
+    // one address there, so it is not bounded per address (only counted).
+    if (!tls) {
+      addresses_.add(address);
+      return true;
+    }
+    if (addresses_.try_add(address)) return true;
+    observer_.handshake_refused_per_address();
+    FL_DEBUG("connection from %s closed: %u handshakes pending from that address", address.c_str(),
+             addresses_.count(address));
+    return false;
+  };
+  hooks.released = [this](const std::string& address) { addresses_.remove(address); };
+  hooks.exhausted = [this, tls] { observer_.accept_fd_exhausted(tls ? "rig" : "plain"); };
+  hooks.quiet_timed_out = [this] { observer_.handshake_timed_out(); };
+  AdmissionListener::Options options;
+  options.name = tls ? "rig" : "plain rig";
+  options.reuse_port = true;
+  options.wait_for_data = true;
+  options.quiet_timeout_ms = settings_.handshake_timeout_ms;
+  options.fd_reserve = settings_.fd_reserve;
   std::unique_ptr<AdmissionListener>& slot = tls ? tls_ : plain_;
-  slot = std::make_unique<AdmissionListener>(loop_, adopt, hold);
-  return slot->open(where);
+  slot = std::make_unique<AdmissionListener>(loop_, std::move(hooks), std::move(options));
+  if (auto r = slot->open(where); !r) return r;
+  if (!sweep_timer_) {
+    // The handshake deadline is kept to about a tenth of itself.
+    const std::uint64_t every = std::clamp<std::uint64_t>(settings_.handshake_timeout_ms / 10, 10, 500);
+    sweep_timer_ = new uv_timer_t{};
+    uv_timer_init(loop_, sweep_timer_);
+    sweep_timer_->data = this;
+    uv_timer_start(sweep_timer_, [](uv_timer_t* t) {
+      if (auto* self = static_cast<AcceptGate*>(t->data)) self->sweep();
+    }, every, every);
+  }
+  return {};
+}
+
+void AcceptGate::sweep() {
+  const std::uint64_t now = mono_ms();
+  if (tls_) tls_->expire_quiet(now);
+  if (plain_) plain_->expire_quiet(now);
+  // Handed over and still not through TLS and the upgrade: lws closes them on its
+  // next turn (their WSI_DESTROY ends the entry). Asked again each sweep in case a
+  // later lws timeout of the handshake replaced this one.
+  lws_context* context = nullptr;
+  for (const void* key : pending_.overdue(now, settings_.handshake_timeout_ms)) {
+    auto* wsi = static_cast<lws*>(const_cast<void*>(key));
+    if (killed_.insert(key).second) observer_.handshake_timed_out();
+    lws_set_timeout(wsi, PENDING_TIMEOUT_KILLED_BY_PARENT, LWS_TO_KILL_ASYNC);
+    context = lws_get_context(wsi);
+  }
+  // A timeout set from outside lws's callbacks waits for lws's next turn: wake it.
+  if (context != nullptr) lws_cancel_service(context);
+  for (const std::string& address : pending_.expire(now)) addresses_.remove(address);
+  std::erase_if(killed_, [this](const void* key) { return !pending_.contains(key); });
 }
 
 void AcceptGate::handshake_finished(lws* wsi) {
   const bool was_full = pending_.full();
-  if (!pending_.finished(wsi) || !was_full) return;
+  killed_.erase(wsi);
+  std::optional<std::string> address = pending_.finished(wsi);
+  if (!address) return;
+  addresses_.remove(*address);
+  if (!was_full) return;
   if (tls_) tls_->resume();
   if (plain_) plain_->resume();
 }
@@ -293,6 +595,13 @@ int AcceptGate::on_upgrade(lws* wsi) {
 }
 
 void AcceptGate::close() {
+  if (sweep_timer_) {
+    sweep_timer_->data = nullptr;
+    uv_timer_stop(sweep_timer_);
+    uv_close(reinterpret_cast<uv_handle_t*>(sweep_timer_),
+             [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
+    sweep_timer_ = nullptr;
+  }
   if (tls_) tls_->close();
   if (plain_) plain_->close();
 }

@@ -25,6 +25,20 @@ void BrokerObserver::upgrade_refused(std::string_view why, std::string_view retr
 
 void BrokerObserver::tls_established(bool resumed) { ++(resumed ? metrics_.tls_resumed : metrics_.tls_full); }
 
+void BrokerObserver::accept_fd_exhausted(std::string_view listener) { ++metrics_.accept_fd_exhausted[text(listener)]; }
+
+void BrokerObserver::handshake_timed_out() { ++metrics_.handshakes_timed_out; }
+
+void BrokerObserver::handshake_refused_per_address() { ++metrics_.handshakes_refused_per_address; }
+
+void BrokerObserver::control_connection_closed(std::string_view why) {
+  ++metrics_.control_connections_closed[text(why)];
+}
+
+void BrokerObserver::control_connections(std::size_t open) {
+  metrics_.control_connections_open = static_cast<std::int64_t>(open);
+}
+
 void BrokerObserver::session_opened(const RigSession& /*s*/) { ++metrics_.connections_open; }
 
 void BrokerObserver::session_closed(const RigSession& s, std::uint16_t peer_code) {

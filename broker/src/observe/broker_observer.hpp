@@ -18,6 +18,11 @@ class BrokerObserver final : public FleetObserver {
   void upgrade_admitted() override;
   void upgrade_refused(std::string_view why, std::string_view retry_after) override;
   void tls_established(bool resumed) override;
+  void accept_fd_exhausted(std::string_view listener) override;
+  void handshake_timed_out() override;
+  void handshake_refused_per_address() override;
+  void control_connection_closed(std::string_view why) override;
+  void control_connections(std::size_t open) override;
   void session_opened(const RigSession& s) override;
   void session_closed(const RigSession& s, std::uint16_t peer_code) override;
   void closing(const RigSession& s, std::string_view peer, CloseCode code, std::string_view reason) override;

@@ -38,6 +38,8 @@ BrokerMetrics::BrokerMetrics()
        {"accepted", "malformed", "identity_mismatch", "duplicate", "superseded_old"}) {
     hellos[outcome];  // known outcomes are always exported, at 0 until seen
   }
+  for (const char* listener : {"rig", "control"}) accept_fd_exhausted[listener];
+  for (const char* why : {"idle", "evicted", "refused"}) control_connections_closed[why];
 }
 
 namespace {
@@ -177,6 +179,24 @@ std::string BrokerMetrics::render_prometheus(
   w.simple("admissions_refused_total", "counter",
            "Connection attempts answered 503 with Retry-After (accept rate over the limit).",
            admissions_refused);
+
+  w.header("accept_fd_exhausted_total", "counter",
+           "Episodes of a listener out of file descriptors (accepting paused with a back-off), by listener.");
+  for (const auto& [listener, n] : accept_fd_exhausted)
+    w.sample("accept_fd_exhausted_total", "listener=\"" + escape_label(listener) + "\"", format_int(n));
+  w.simple("handshakes_timed_out_total", "counter",
+           "Rig connections closed without their TLS handshake and upgrade done within handshake-timeout-ms.",
+           handshakes_timed_out);
+  w.simple("handshakes_refused_per_address_total", "counter",
+           "Rig connections closed at once: max-handshakes-per-address pending from their address.",
+           handshakes_refused_per_address);
+  w.simple("control_connections_open", "gauge", "Connections to the control port open now.",
+           control_connections_open);
+  w.header("control_connections_closed_total", "counter",
+           "Control-port connections the broker closed: idle (control-idle-timeout-ms), evicted (room for a "
+           "new one at control-max-connections), refused (at the bound, none idle).");
+  for (const auto& [why, n] : control_connections_closed)
+    w.sample("control_connections_closed_total", "reason=\"" + escape_label(why) + "\"", format_int(n));
 
   w.header("hellos_total", "counter", "HELLO frames by outcome.");
   for (const auto& [outcome, n] : hellos) {

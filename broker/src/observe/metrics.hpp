@@ -35,6 +35,12 @@ struct BrokerMetrics {
   std::int64_t rigs_registered = 0;                  // gauge: rigs past WELCOME
   std::uint64_t connections_accepted = 0;            // TCP accepts that were admitted
   std::uint64_t admissions_refused = 0;              // answered 503 Retry-After
+  // Admission under pressure (net/accept_gate, control_net/control_listener).
+  std::map<std::string, std::uint64_t> accept_fd_exhausted;        // episodes, by listener: rig, control (plain)
+  std::uint64_t handshakes_timed_out = 0;            // no TLS handshake + upgrade within the deadline
+  std::uint64_t handshakes_refused_per_address = 0;  // closed at once: too many pending from that address
+  std::int64_t control_connections_open = 0;         // gauge
+  std::map<std::string, std::uint64_t> control_connections_closed;  // by the broker: idle, evicted, refused
   std::map<std::string, std::uint64_t> hellos;       // by outcome: accepted, malformed, identity_mismatch, duplicate, superseded_old
   std::map<std::uint16_t, std::uint64_t> closes;     // by close code
   std::uint64_t commands_enqueued = 0;

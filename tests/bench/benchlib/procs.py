@@ -68,6 +68,8 @@ class Broker:
             "--accept-rate", str(accept_rate), "--accept-burst", str(accept_burst),
             "--retry-after-min-s", str(retry_after[0]), "--retry-after-max-s", str(retry_after[1]),
             "--log-level", "warn",
+            # Every simulated TLS rig dials from one loopback address: no bound per source address.
+            "--max-handshakes-per-address", "0",
             *bench.state_dir_args(name),
             *(extra or []),
         ]
