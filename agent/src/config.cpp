@@ -316,6 +316,10 @@ ConfigReport validate_config(const AgentConfig& c, const ValidateOptions& opts) 
       const std::string t = ss.str();
       if (std::count(t.begin(), t.end(), '.') != 2)
         err("token-file", "'" + c.token_file + "' does not hold a JWT (header.payload.signature)");
+      else if (t.size() > 1024)
+        // The broker keeps 2048 bytes for all of an upgrade request's headers.
+        warn("token-file", "'" + c.token_file + "' holds a token of " + std::to_string(t.size()) +
+                               " bytes: over 1024 the upgrade request may not fit the broker's header buffer");
       struct stat st {};
       if (::stat(c.token_file.c_str(), &st) == 0 && (st.st_mode & S_IRWXO) != 0)
         warn("token-file", "'" + c.token_file + "' is readable by other users: whoever reads it can present "
