@@ -7,6 +7,7 @@ sent; a rig without a token, or with another rig's, is closed 4401 with the
 reason; a renewed token file is used from the next connection on; on the rig,
 allow-kinds refuses a command with a NACK that says why.
 """
+import asyncio
 import json
 import os
 import subprocess
@@ -84,6 +85,14 @@ class TestRigTokensRequired(harness.LabTestCase):
         rigs = {r["rig_id"]: r for r in final["rigs"]}
         self.assertEqual(rigs["rig-a"]["error"], "kind_not_allowed", final)
         self.assertEqual(rigs["rig-b"]["state"], "succeeded", final)
+
+        # The control stream: refused by name as well.
+        from test_control_stream import exchange, send  # noqa: E402 - its helpers, only here
+        lines = asyncio.run(exchange(self.broker, [send("no", "rig-a", "suite", args={"suite": "pass"}) + "\n" +
+                                                   send("ok", "rig-a", "dmesg", args={"lines": "1"})],
+                                     lambda ls: any(l.get("ref") == "ok" and l["op"] == "done" for l in ls)))
+        refused = [l for l in lines if l.get("ref") == "no"]
+        self.assertEqual([(l["op"], l["error"]) for l in refused], [("refused", "kind_not_allowed")], lines)
 
         # Nothing of kind suite ever reached rig-a.
         self.assertNotIn("kind=suite", a.log())
