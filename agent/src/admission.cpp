@@ -105,7 +105,10 @@ AdmissionDecision CommandAdmission::decide(const msg::Command& c, const DedupWin
     return d;
   }
   if (!allowed_.contains(c.kind)) {
-    nack(msg::NackReason::not_allowed, "kind '" + c.kind + "' is not allowed on this rig");
+    std::string list;
+    for (const auto& k : allowed_) list += (list.empty() ? "" : ", ") + k;
+    nack(msg::NackReason::not_allowed,
+         "kind '" + c.kind + "' is not in this rig's allow-kinds (" + (list.empty() ? "none" : list) + ")");
     return d;
   }
   d.action = Admission::run;

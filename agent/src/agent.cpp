@@ -1,9 +1,12 @@
 #include "agent.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cinttypes>
+#include <fstream>
 #include <mutex>
 #include <set>
+#include <sstream>
 
 #include "common/log.hpp"
 #include "dmesg_executor.hpp"
@@ -181,7 +184,7 @@ Expected<KindSet> allowed_kinds(const AgentConfig& cfg, const ExecutorRegistry& 
     if (!known.contains(k)) {
       std::string list;
       for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
-      return make_error(Errc::invalid_argument, config_origin(cfg, "allow") + ": unknown kind '" + k +
+      return make_error(Errc::invalid_argument, config_origin(cfg, "allow-kinds") + ": unknown kind '" + k +
                                                     "' (this agent has: " + list + ")");
     }
     out.insert(k);
@@ -298,6 +301,20 @@ Expected<void> Agent::init() {
   sc.keepalive_timeout = std::chrono::seconds(cfg_.keepalive_timeout_s);
   // A rig that reboots (or whose agent is upgraded) resumes its TLS session.
   sc.tls_session_file = (state_dir_ / "tls-sessions").string();
+  if (!cfg_.token_file.empty()) {
+    // Read at every connection: whoever renews the token (a timer, a provisioning
+    // tool) only rewrites the file; the next connection carries the new one.
+    sc.bearer_token = [path = cfg_.token_file]() -> std::string {
+      std::ifstream in(path);
+      std::stringstream ss;
+      if (in) ss << in.rdbuf();
+      std::string t = ss.str();
+      while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
+      while (!t.empty() && std::isspace(static_cast<unsigned char>(t.front()))) t.erase(t.begin());
+      if (t.empty()) FL_WARN("token-file %s: cannot be read or is empty; connecting without a token", path.c_str());
+      return t;
+    };
+  }
 
   ClientSessionHandlers h;
   h.on_welcome = [this](const msg::Welcome& w) { on_welcome(w); };

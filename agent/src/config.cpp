@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <sstream>
 
@@ -172,7 +173,13 @@ ParseOutcome parse_command_line(int argc, const char* const* argv) {
   app.add_option("--key", c.key, "Client private key (PEM)");
   app.add_option("--ca", c.ca, "CA certificate that signs the broker (PEM)");
   app.add_option("--state-dir", c.state_dir, "State directory (dedup window, results, spool)");
-  app.add_option("--allow", c.allow, "Command kind allowed to run (repeatable; default: all the agent has)");
+  app.add_option("--allow-kinds,--allow", c.allow,
+                 "Command kinds allowed to run here, repeatable or comma-separated; others are refused with "
+                 "NACK not_allowed (--allow is the older name) (default: every kind the agent has)")
+      ->delimiter(',');
+  app.add_option("--token-file", c.token_file,
+                 "File holding this rig's token (a JWT), sent as Authorization: Bearer on each connection and "
+                 "read again for each, so a renewed token is picked up (default: none)");
   app.add_option("--label", c.labels, "Label k=v sent in HELLO (repeatable)");
   app.add_option("--plugin-dir", c.plugin_dir, "Directory of plugins (*.so and fleetlink-<kind> programs)");
   app.add_option("--plugin-config", c.plugin_config, "Config string handed to shared-object plugins");
@@ -318,6 +325,26 @@ ConfigReport validate_config(const AgentConfig& c, const ValidateOptions& opts) 
       std::string line;
       while (std::getline(lines, line))
         if (!line.empty()) err("suites", line);
+    }
+  }
+  if (!c.token_file.empty()) {
+    if (auto e = readable(c.token_file); !e.empty()) {
+      err("token-file", e);
+    } else {
+      std::ifstream in(c.token_file);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      const std::string t = ss.str();
+      if (std::count(t.begin(), t.end(), '.') != 2)
+        err("token-file", "'" + c.token_file + "' does not hold a JWT (header.payload.signature)");
+      else if (t.size() > 1024)
+        // The broker keeps 2048 bytes for all of an upgrade request's headers.
+        warn("token-file", "'" + c.token_file + "' holds a token of " + std::to_string(t.size()) +
+                               " bytes: over 1024 the upgrade request may not fit the broker's header buffer");
+      struct stat st {};
+      if (::stat(c.token_file.c_str(), &st) == 0 && (st.st_mode & S_IRWXO) != 0)
+        warn("token-file", "'" + c.token_file + "' is readable by other users: whoever reads it can present "
+                           "this rig's token (chmod o-rwx it)");
     }
   }
   if (c.reboot_command.empty()) err("reboot-command", "is empty");

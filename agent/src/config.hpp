@@ -23,7 +23,8 @@ struct AgentConfig {
   std::string key;
   std::string ca;
   std::string state_dir = "/var/lib/fleetlink";
-  std::vector<std::string> allow;          // empty: every kind the agent has
+  std::vector<std::string> allow;          // allow-kinds (alias: allow); empty: every kind the agent has
+  std::string token_file;                  // the rig's token (JWT), re-read at every connection; "" : none
   std::vector<std::string> labels;         // k=v
   std::string plugin_dir;
   std::string plugin_config;

@@ -73,6 +73,7 @@ struct __attribute__((visibility("hidden"))) ClientSession::Impl {
   Bytes rx;                       // reassembly of a fragmented message
   std::uint16_t close_code = 0;   // the code of the close seen on this connection
   std::string close_reason;
+  std::string bearer;  // the token of the current attempt (ClientSessionConfig::bearer_token)
   Timer retry_timer;
   Timer stop_timer;
   lws_retry_bo_t keepalive{};     // per-connection idle policy (PING, then hang up)
@@ -155,6 +156,8 @@ struct __attribute__((visibility("hidden"))) ClientSession::Impl {
       keepalive.secs_since_valid_hangup = static_cast<std::uint16_t>(std::min<long long>(cfg.keepalive_timeout.count(), 65535));
       ci.retry_and_idle_policy = &keepalive;
     }
+    bearer.clear();
+    if (cfg.bearer_token) guarded("bearer_token", [&] { bearer = cfg.bearer_token(); });
     attempt_live = true;
     wsi = nullptr;
     close_code = 0;
@@ -447,6 +450,18 @@ struct __attribute__((visibility("hidden"))) ClientSession::Impl {
           if (after) backoff.override_next(*after);
           log(4, std::string("broker busy (HTTP 503), Retry-After ") +
                      (after ? std::to_string(after->count()) + "ms" : std::string("absent")));
+        }
+        return 0;
+      }
+      case LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER: {
+        if (bearer.empty() || !in) return 0;
+        auto** p = static_cast<unsigned char**>(in);
+        const std::string value = "Bearer " + bearer;
+        if (lws_add_http_header_by_token(w, WSI_TOKEN_HTTP_AUTHORIZATION,
+                                         reinterpret_cast<const unsigned char*>(value.c_str()),
+                                         static_cast<int>(value.size()), p, *p + len) != 0) {
+          log(3, "the bearer token (" + std::to_string(bearer.size()) + " bytes) does not fit the upgrade request");
+          return -1;
         }
         return 0;
       }

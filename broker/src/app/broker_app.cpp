@@ -44,6 +44,7 @@ FleetSettings fleet_settings(const BrokerConfig& cfg) {
   s.registry_refresh_ms = cfg.registry_refresh_ms;
   s.unresponsive_after_ms = cfg.unresponsive_after_ms;
   s.mesh_answer_ms = cfg.mesh_answer_ms;
+  s.rig_token = rig_token_mode_from_string(cfg.rig_token).value_or(RigTokenMode::off);
   return s;
 }
 
@@ -193,6 +194,18 @@ Expected<void> BrokerApp::create_rig_vhosts() {
     tls.ticket_key = *key;
   }
   rig_.set_tls(std::move(tls));
+  if (cfg_.rig_token != "off") {
+    net::RigTokenRules rules;
+    rules.max_lifetime_s = cfg_.rig_token_max_lifetime_s;
+    rules.leeway_s = cfg_.rig_token_leeway_s;
+    rules.audience = cfg_.rig_token_audience;
+    auto keys = net::JwtVerifier::load(cfg_.rig_token_keys, std::move(rules));
+    if (!keys) return make_error(keys.error().code, "--rig-token-keys: " + keys.error().detail);
+    rig_tokens_ = std::make_unique<net::JwtVerifier>(std::move(*keys));
+    rig_.set_rig_tokens(rig_tokens_.get());
+    FL_INFO("rig tokens %s: %zu key(s) from %s", cfg_.rig_token.c_str(), rig_tokens_->key_count(),
+            cfg_.rig_token_keys.c_str());
+  }
   lws_protocols* protocols = rig_.protocols(cfg_.max_frame_bytes, cfg_.ws_rx_buffer_bytes);
 
   // The rig listener: TLS with a required client certificate, fed by the accept gate.

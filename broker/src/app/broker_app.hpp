@@ -80,6 +80,7 @@ class BrokerApp {
   std::unique_ptr<AuditLog> audit_;
   LoopClock clock_;
   BrokerObserver observer_;
+  std::unique_ptr<net::JwtVerifier> rig_tokens_;  // --rig-token other than off; outlives the rig vhosts
   net::RigProtocol rig_;
   FleetCore core_;
   AcceptGate gate_;

@@ -52,6 +52,8 @@ constexpr Limit kLimits[] = {
     {"control-max-connections", 1, 100'000},
     {"control-idle-timeout-ms", 100, 86'400'000},
     {"tls-ticket-lifetime-s", 60, 604800},
+    {"rig-token-max-lifetime-s", 60, 2'592'000},
+    {"rig-token-leeway-s", 0, 600},
     {"command-history", 1, 10'000'000},
     {"store-commit-interval-ms", 1, 10000},
     {"store-retention-days", 1, 3650},
@@ -83,6 +85,7 @@ std::string number_text(double v) {
 }
 
 const std::vector<std::string> kStores{"sqlite", "redis", "none"};
+const std::vector<std::string> kRigTokenModes{"off", "optional", "required"};
 const std::vector<std::string> kRegistries{"embedded", "redis"};
 const std::vector<std::string> kLogLevels{"debug", "info", "warn", "error"};
 
@@ -333,6 +336,19 @@ ParseOutcome parse_command_line(int argc, const char* const* argv) {
                  "TLS 1.3 session tickets with this key (made 0600 if missing): rigs resume after a restart "
                  "(default: none, no tickets)");
   r.whole("tls-ticket-lifetime-s", cfg.tls_ticket_lifetime_s, "how long a session ticket may be resumed");
+  app.add_option("--rig-token", cfg.rig_token,
+                 "rig tokens (a JWT in the upgrade's Authorization: Bearer) limiting the command kinds sent to a "
+                 "rig: off (not read), optional (a rig without one is not limited), required (4401 without one)")
+      ->type_name("TEXT:{" + joined(kRigTokenModes, ",") + "}");
+  app.add_option("--rig-token-keys", cfg.rig_token_keys,
+                 "public keys rig tokens are signed with: a PEM file, or a directory of <kid>.pem (Ed25519 or "
+                 "EC P-256) (default: none; required unless rig-token = off)");
+  r.whole("rig-token-max-lifetime-s", cfg.rig_token_max_lifetime_s,
+          "a rig token whose exp - iat is longer is refused");
+  r.whole("rig-token-leeway-s", cfg.rig_token_leeway_s,
+          "clock skew allowed when checking a rig token's exp, nbf and iat (a connection lasts until exp plus this)");
+  app.add_option("--rig-token-audience", cfg.rig_token_audience,
+                 "when set, a rig token's aud must name it (default: none, aud not checked)");
   r.number("rig-rate", cfg.rig_rate, "inbound frames/s per connection");
   r.number("rig-burst", cfg.rig_burst, "inbound frames per connection above the rate at once");
   r.whole("drain-window-ms", cfg.drain_window_ms, "a drain spreads the rigs' reconnects over this long");
@@ -466,6 +482,8 @@ ConfigReport validate(const BrokerConfig& cfg) {
       {"control-max-connections", cfg.control_max_connections},
       {"control-idle-timeout-ms", cfg.control_idle_timeout_ms},
       {"tls-ticket-lifetime-s", cfg.tls_ticket_lifetime_s},
+      {"rig-token-max-lifetime-s", cfg.rig_token_max_lifetime_s},
+      {"rig-token-leeway-s", cfg.rig_token_leeway_s},
       {"drain-window-ms", cfg.drain_window_ms},
       {"drain-deadline-ms", cfg.drain_deadline_ms},
       {"command-history", cfg.command_history},
@@ -504,6 +522,9 @@ ConfigReport validate(const BrokerConfig& cfg) {
   one_of("store", cfg.store, kStores);
   one_of("registry", cfg.registry, kRegistries);
   one_of("log-level", cfg.log_level_name, kLogLevels);
+  one_of("rig-token", cfg.rig_token, kRigTokenModes);
+  if (cfg.rig_token != "off" && cfg.rig_token_keys.empty())
+    err("rig-token-keys", "missing: rig-token = " + cfg.rig_token + " needs the public keys tokens are signed with");
 
   if (!cfg.plain_listen.host.empty() && !is_loopback_host(cfg.plain_listen.host))
     err("plain-listen", cfg.plain_listen.to_string() +

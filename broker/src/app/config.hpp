@@ -58,6 +58,12 @@ struct BrokerConfig {
   std::uint64_t fd_reserve() const noexcept { return std::uint64_t{control_max_connections} + 32; }
   std::string tls_ticket_key_file;             // empty: no TLS session tickets (tls_tuning.hpp)
   std::uint32_t tls_ticket_lifetime_s = 86400;
+  // Rig tokens (docs/OPERATIONS.md, "Rig tokens"): off | optional | required.
+  std::string rig_token = "off";
+  std::string rig_token_keys;                  // a PEM public key, or a directory of <kid>.pem
+  std::uint32_t rig_token_max_lifetime_s = 86400;
+  std::uint32_t rig_token_leeway_s = 60;       // clock skew allowed for exp, nbf, iat
+  std::string rig_token_audience;              // empty: aud is not checked
   double rig_rate = 200;
   double rig_burst = 400;
   std::uint32_t drain_window_ms = 10000;

@@ -17,6 +17,7 @@
 
 #include "app/config.hpp"
 #include "app/operators.hpp"
+#include "net/jwt_verifier.hpp"
 #include "net/tls_tickets.hpp"
 
 namespace fleetlink::broker {
@@ -202,6 +203,10 @@ void check_files(const BrokerConfig& cfg, ConfigReport& r) {
   if (!cfg.control_cert.empty() && !cfg.control_key.empty()) check_control_tls(cfg, r);
   if (!cfg.audit_log.empty()) check_audit_log(cfg, r);
   if (!cfg.tls_ticket_key_file.empty()) check_ticket_key(cfg, r);
+  if (!cfg.rig_token_keys.empty()) {
+    if (auto keys = net::JwtVerifier::load(cfg.rig_token_keys, {}); !keys)
+      r.errors.push_back(config_origin(cfg, "rig-token-keys") + ": " + keys.error().detail);
+  }
   if (cfg.store == "sqlite") {
     if (auto e = usable_directory(cfg.state_dir); !e.empty())
       r.errors.push_back(config_origin(cfg, "state-dir") + ": " + e + " (the sqlite command store lives there)");

@@ -281,6 +281,7 @@ int enqueue_failure_status(EnqueueError e) noexcept {
     case EnqueueError::store_unavailable: return 503;
     case EnqueueError::registry_unavailable: return 503;
     case EnqueueError::route_timeout: return 504;
+    case EnqueueError::kind_not_allowed: return 403;
   }
   return 500;
 }

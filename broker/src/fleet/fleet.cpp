@@ -39,6 +39,7 @@ const char* to_string(EnqueueError e) noexcept {
     case EnqueueError::store_unavailable: return "store_unavailable";
     case EnqueueError::registry_unavailable: return "registry_unavailable";
     case EnqueueError::route_timeout: return "route_timeout";
+    case EnqueueError::kind_not_allowed: return "kind_not_allowed";
   }
   return "unknown";
 }

@@ -157,6 +157,7 @@ enum class EnqueueError : std::uint8_t {
   store_unavailable,  // the command could not be recorded: not sent      -> HTTP 503
   registry_unavailable,  // several brokers: the rig is not here and the registry cannot say where -> 503
   route_timeout,      // its owner broker did not answer in time: it may have it -> HTTP 504
+  kind_not_allowed,   // the rig's token (--rig-token) does not grant this kind -> HTTP 403
 };
 const char* to_string(EnqueueError e) noexcept;
 

@@ -412,6 +412,9 @@ EnqueueOutcome FleetCore::enqueue(CommandRequest req) {
   const std::vector<std::string>* kinds = s ? s->kinds : known ? &offline->second.kinds : nullptr;
   if (kinds && !kinds->empty() && std::find(kinds->begin(), kinds->end(), req.kind) == kinds->end())
     return fail(EnqueueError::unsupported_kind, "rig " + req.rig_id + " does not run '" + req.kind + "'");
+  if (s && !kind_granted(s->grant.get(), req.kind))
+    return fail(EnqueueError::kind_not_allowed,
+                "rig " + req.rig_id + "'s token does not allow '" + req.kind + "' (its fleetlink_kinds)");
   const std::uint64_t now = clock_.wall_ms();
   if (s) {
     const std::size_t waiting = s->outbox.size() + (s->backlog ? s->backlog->size() : 0);
@@ -513,6 +516,11 @@ void FleetCore::deliver_known(RigSession& s) {
     switch (v->state) {
       case CommandState::queued:
       case CommandState::sent:
+        if (!kind_granted(s.grant.get(), v->kind)) {
+          // Held while the rig was away, and its token now does not allow it: never sent.
+          end(*v, CommandState::rejected, "kind_not_allowed: rig " + s.rig_id + "'s token does not allow '" + v->kind + "'");
+          break;
+        }
         if (!s.backlog) s.backlog = std::make_unique<std::deque<CommandView*>>();
         s.backlog->push_back(v);
         break;

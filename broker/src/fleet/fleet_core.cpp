@@ -324,6 +324,11 @@ void FleetCore::sweep_one(RigSession& s, std::uint32_t now, bool refresh) {
     return;
   }
   if (s.phase != SessionPhase::live) return;
+  if (s.grant && s.grant->expires_at_ms != 0 && clock_.wall_ms() >= s.grant->expires_at_ms) {
+    // Its grant ends with its token: the rig comes back with its renewed one.
+    close_session(s, CloseCode::identity_mismatch, "rig token expired: reconnect with a renewed one");
+    return;
+  }
   if (refresh)
     registry_.refresh(s, clock_.wall_ms(), [this, rig = s.rig_id, serial = s.serial](Expected<RefreshResult> r) {
       refreshed(rig, serial, r);

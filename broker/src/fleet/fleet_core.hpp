@@ -75,6 +75,8 @@ struct FleetSettings {
   // is shown unresponsive (a rig reads and ACKs a command at once: one that does
   // not is frozen or cut off), before its missed pongs close it.
   std::uint32_t unresponsive_after_ms = 10000;
+  // Rig tokens (fleet/rig_grant.hpp): whether a rig must present one.
+  RigTokenMode rig_token = RigTokenMode::off;
 };
 
 // A frame for the transport to write.

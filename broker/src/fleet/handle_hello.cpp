@@ -32,6 +32,9 @@ void FleetCore::on_hello(RigSession& s, msg::Hello hello) {
   if (old)
     existing = ExistingConnection{old->boot_id.to_string(), old->phase == SessionPhase::closing, old->keepalive.missed};
   HelloDecision d = decide_hello(hello, identity, existing);
+  if (d.verdict == HelloVerdict::accept || d.verdict == HelloVerdict::supersede_existing)
+    if (std::optional<std::string> token = token_problem(settings_.rig_token, s.grant.get(), hello.rig_id))
+      d = {HelloVerdict::reject_identity, std::move(*token)};
   if (d.verdict == HelloVerdict::supersede_existing && old) {
     // The old connection goes first, so that its claim is released before the new one.
     observer_.superseding(*old, hello, d.reason);

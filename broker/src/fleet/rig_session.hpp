@@ -16,6 +16,7 @@
 #include "fleet/outbound.hpp"
 #include "fleet/outbox.hpp"
 #include "fleet/rate_limiter.hpp"
+#include "fleet/rig_grant.hpp"
 #include "fleetlink/uuid.hpp"
 
 namespace fleetlink::broker {
@@ -50,6 +51,9 @@ struct RigSession {
   const std::string* agent_version = nullptr;
   const std::vector<std::string>* kinds = nullptr;  // sorted
   const LabelList* labels = nullptr;
+  // What the rig's token granted (--rig-token), set by the transport before
+  // on_open; null when it presented none (or tokens are off).
+  std::unique_ptr<RigGrant> grant;
 
   FrameAssembler assembler;
   Outbox outbox;

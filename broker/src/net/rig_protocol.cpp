@@ -5,6 +5,8 @@
 #include <openssl/ssl.h>
 #include <sys/socket.h>
 
+#include <strings.h>
+
 #include <cstring>
 #include <ctime>
 #include <new>
@@ -46,6 +48,41 @@ std::string peer_of(lws* wsi) {
   auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
   inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
   return "[" + std::string(host) + "]:" + std::to_string(ntohs(a->sin6_port));
+}
+
+// What the upgrade's Authorization header grants (null: it has none). A token
+// that is refused is still a grant, with the problem: the core closes the
+// connection 4401 at its HELLO with that reason (its rig_id is known then).
+std::unique_ptr<RigGrant> grant_of(lws* wsi, const JwtVerifier& verifier) {
+  const int n = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_AUTHORIZATION);
+  if (n <= 0) return nullptr;
+  auto grant = std::make_unique<RigGrant>();
+  if (static_cast<std::size_t>(n) > JwtVerifier::kMaxTokenBytes + 16) {
+    grant->problem = "Authorization header longer than " + std::to_string(JwtVerifier::kMaxTokenBytes) + " bytes";
+    return grant;
+  }
+  std::string value(static_cast<std::size_t>(n) + 1, '\0');
+  const int got = lws_hdr_copy(wsi, value.data(), n + 1, WSI_TOKEN_HTTP_AUTHORIZATION);
+  value.resize(got > 0 ? static_cast<std::size_t>(got) : 0);
+  if (value.size() < 8 || strncasecmp(value.c_str(), "Bearer ", 7) != 0) {
+    grant->problem = "Authorization is not \"Bearer <token>\"";
+    return grant;
+  }
+  std::string_view token(value);
+  token.remove_prefix(7);
+  while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
+  while (!token.empty() && token.back() == ' ') token.remove_suffix(1);
+  const std::int64_t now = static_cast<std::int64_t>(std::time(nullptr));
+  Expected<RigTokenClaims> claims = verifier.verify(token, now);
+  if (!claims) {
+    grant->problem = claims.error().detail;
+    return grant;
+  }
+  grant->subject = std::move(claims->subject);
+  grant->kinds = std::move(claims->kinds);
+  // The verifier let it in within the leeway: its grant lasts as long.
+  grant->expires_at_ms = static_cast<std::uint64_t>(claims->expires_at_s + verifier.rules().leeway_s) * 1000;
+  return grant;
 }
 
 }  // namespace
@@ -147,7 +184,9 @@ void RigProtocol::open_session(lws* wsi, void* user) {
     // Whether session tickets work (--tls-ticket-key-file): after a restart nearly every rig should resume.
     observer_.tls_established(SSL_session_reused(ssl) != 0);
   }
-  FL_DEBUG("connection open peer=%s%s", peer_of(wsi).c_str(), tls ? "" : " (plain ws)");
+  if (tokens_) s->grant = grant_of(wsi, *tokens_);
+  FL_DEBUG("connection open peer=%s%s%s", peer_of(wsi).c_str(), tls ? "" : " (plain ws)",
+           !s->grant ? "" : s->grant->problem.empty() ? " (token)" : " (refused token)");
   core_->on_open(*s);
 }
 

@@ -13,6 +13,7 @@
 #include "fleet/observer.hpp"
 #include "fleet/transport.hpp"
 #include "net/accept_gate.hpp"
+#include "net/jwt_verifier.hpp"
 #include "net/lws_io.hpp"
 #include "net/tls_tickets.hpp"
 
@@ -31,6 +32,10 @@ class RigProtocol final : public RigTransport {
     core_ = &core;
     gate_ = &gate;
   }
+  // Rig tokens (--rig-token other than off): each connection's Authorization
+  // header is verified against these keys when it opens. Null: not read. Must
+  // outlive every rig connection.
+  void set_rig_tokens(const JwtVerifier* verifier) { tokens_ = verifier; }
   // Runs when a session's reading is paused: the application starts the timer
   // that calls FleetCore::resume_paused.
   void on_paused(std::function<void()> start_resume_timer) { start_resume_timer_ = std::move(start_resume_timer); }
@@ -62,6 +67,7 @@ class RigProtocol final : public RigTransport {
   RigTlsSettings tls_;  // read by the rig SSL_CTX's ticket callback: lives as long as the context
   FleetCore* core_ = nullptr;
   AcceptGate* gate_ = nullptr;
+  const JwtVerifier* tokens_ = nullptr;
   std::function<void()> start_resume_timer_;
   TxBuffer tx_;  // every frame is encoded behind lws's headroom in this one buffer
   lws_protocols protocols_[2] = {};

@@ -73,7 +73,7 @@ json outcome_json(const EnqueueOutcome& o) {
 }
 
 std::optional<EnqueueError> enqueue_error_from_string(std::string_view s) {
-  for (std::uint8_t i = 0; i <= static_cast<std::uint8_t>(EnqueueError::route_timeout); ++i) {
+  for (std::uint8_t i = 0; i <= static_cast<std::uint8_t>(EnqueueError::kind_not_allowed); ++i) {
     const auto e = static_cast<EnqueueError>(i);
     if (s == to_string(e)) return e;
   }

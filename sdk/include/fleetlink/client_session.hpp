@@ -75,6 +75,12 @@ struct ClientSessionConfig {
   // handshake. Sessions made with another certificate are not offered. Empty: in
   // memory only (still resumed after a broker restart while this process runs).
   std::string tls_session_file;
+  // Called before every connection attempt: a token to send as
+  // "Authorization: Bearer <token>" on the WebSocket upgrade (a broker with
+  // --rig-token limits the rig to the command kinds it grants). Asked again
+  // each time, so a renewed token is used from the next connection on. Unset,
+  // or an empty answer: no Authorization header.
+  std::function<std::string()> bearer_token;
 };
 
 struct ClientSessionHandlers {

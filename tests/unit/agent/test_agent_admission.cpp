@@ -88,6 +88,9 @@ TEST_CASE("unknown kinds are unsupported_kind, known but not allowed are not_all
   auto d2 = a.decide(cmd(2, "c2", "suite"), kEmpty, 0);
   CHECK(d2.action == Admission::nack);
   CHECK(d2.nack.reason == msg::NackReason::not_allowed);
+  // The detail says which setting refused it and what it allows.
+  CHECK(d2.nack.detail.find("allow-kinds") != std::string::npos);
+  CHECK(d2.nack.detail.find("'suite'") != std::string::npos);
   // Refusals do not break the sequence.
   CHECK(a.decide(cmd(3, "c3"), kEmpty, 0).action == Admission::run);
 }

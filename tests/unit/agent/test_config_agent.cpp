@@ -209,3 +209,46 @@ TEST_CASE("repeated keys in the config file accumulate like repeated flags") {
   CHECK(config_origin(f.config, "broker") == "--broker");
   CHECK(config_origin(f.config, "label") == file.string() + ": key 'label'");
 }
+
+TEST_CASE("allow-kinds: the documented key, comma-separated or repeated; allow is its older name") {
+  Lab lab;
+  const auto file = lab.dir / "kinds.conf";
+  {
+    std::ofstream out(file);
+    out << "allow-kinds = dmesg,suite\n";
+  }
+  auto o = parse({"--config", file.string()});
+  REQUIRE(o.status == ParseStatus::run);
+  CHECK(o.config.allow == std::vector<std::string>{"dmesg", "suite"});
+  CHECK(parse({"--allow-kinds", "dmesg", "--allow-kinds", "reboot"}).config.allow ==
+        std::vector<std::string>{"dmesg", "reboot"});
+  CHECK(parse({"--allow", "dmesg"}).config.allow == std::vector<std::string>{"dmesg"});
+}
+
+TEST_CASE("token-file: readable, a JWT, not readable by others") {
+  Lab lab;
+  REQUIRE(lab.ok);
+  auto base = [&](const std::string& token_file) {
+    return parse({"--rig-id", "rig-a", "--broker", "wss://127.0.0.1:9/agent", "--cert", lab.p("rig-a.crt"), "--key",
+                  lab.p("rig-a.key"), "--ca", lab.p("ca.crt"), "--state-dir", (lab.dir / "state").string(),
+                  "--token-file", token_file});
+  };
+  const auto good = lab.dir / "rig.token";
+  {
+    std::ofstream out(good);
+    out << "aaa.bbb.ccc\n";
+  }
+  fs::permissions(good, fs::perms::owner_read | fs::perms::owner_write);
+  auto ok = validate_config(base(good.string()).config, {false});
+  CHECK_FALSE(any_contains(ok.errors, "token-file"));
+  CHECK_FALSE(any_contains(ok.warnings, "token-file"));
+  CHECK(any_contains(validate_config(base((lab.dir / "absent").string()).config, {false}).errors, "--token-file"));
+  const auto junk = lab.dir / "junk.token";
+  {
+    std::ofstream out(junk);
+    out << "not a token\n";
+  }
+  CHECK(any_contains(validate_config(base(junk.string()).config, {false}).errors, "does not hold a JWT"));
+  fs::permissions(good, fs::perms::others_read, fs::perm_options::add);
+  CHECK(any_contains(validate_config(base(good.string()).config, {false}).warnings, "readable by other users"));
+}

@@ -283,3 +283,27 @@ TEST_CASE("config: an open control API beyond loopback is refused unless control
   CHECK(p.config.audit_log == "/x/audit.log");
   CHECK(p.config.hash_token);
 }
+
+TEST_CASE("config: rig tokens: the mode, the keys it needs, bounded lifetimes, keys loaded by check_files") {
+  const ParseOutcome off = parse(kTls);
+  CHECK(off.config.rig_token == "off");
+  CHECK(off.config.rig_token_max_lifetime_s == 86400);
+  CHECK(off.config.rig_token_leeway_s == 60);
+  CHECK(report_of(off).ok());
+  CHECK(has_error(report_of(parse(with(kTls, {"--rig-token", "required"}))),
+                  "--rig-token-keys: missing: rig-token = required needs the public keys tokens are signed with"));
+  CHECK_FALSE(report_of(parse(with(kTls, {"--rig-token", "sometimes", "--rig-token-keys", "k"}))).ok());
+  CHECK_FALSE(report_of(parse(with(kTls, {"--rig-token-max-lifetime-s", "10"}))).ok());
+  CHECK_FALSE(report_of(parse(with(kTls, {"--rig-token-leeway-s", "601"}))).ok());
+  CHECK(report_of(parse(with(kTls, {"--rig-token", "optional", "--rig-token-keys", "k"}))).ok());
+
+  TempDir d;
+  BrokerConfig cfg;
+  cfg.cert = cfg.key = cfg.ca = "";
+  cfg.state_dir = d.path.string();
+  cfg.rig_token = "required";
+  cfg.rig_token_keys = d.write("lab.pem", "not a key\n");
+  ConfigReport r;
+  check_files(cfg, r);
+  CHECK(has_error(r, "--rig-token-keys: rig token key " + cfg.rig_token_keys + ": not a PEM public key"));
+}

@@ -47,6 +47,7 @@ TEST_CASE("control json: state names") {
   CHECK(std::string(to_string(EnqueueError::rig_unresponsive)) == "rig_unresponsive");
   CHECK(enqueue_failure_status(EnqueueError::unknown_rig) == 404);
   CHECK(enqueue_failure_status(EnqueueError::unsupported_kind) == 422);
+  CHECK(enqueue_failure_status(EnqueueError::kind_not_allowed) == 403);
   CHECK(enqueue_failure_status(EnqueueError::rig_unresponsive) == 503);
   CHECK(enqueue_failure_status(EnqueueError::bad_request) == 400);
 }

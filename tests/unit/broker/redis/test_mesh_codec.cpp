@@ -31,7 +31,8 @@ constexpr CancelOutcome kAllCancels[] = {CancelOutcome::unknown, CancelOutcome::
 constexpr EnqueueError kAllEnqueueErrors[] = {
     EnqueueError::unknown_rig,       EnqueueError::rig_unresponsive,     EnqueueError::unsupported_kind,
     EnqueueError::draining,          EnqueueError::bad_request,          EnqueueError::conflict,
-    EnqueueError::store_unavailable, EnqueueError::registry_unavailable, EnqueueError::route_timeout};
+    EnqueueError::store_unavailable, EnqueueError::registry_unavailable, EnqueueError::route_timeout,
+    EnqueueError::kind_not_allowed};
 
 MeshNote base_note(MeshKind kind) {
   MeshNote n;
