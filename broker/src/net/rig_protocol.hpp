@@ -13,6 +13,7 @@
 #include "fleet/observer.hpp"
 #include "fleet/transport.hpp"
 #include "net/accept_gate.hpp"
+#include "net/artifact_endpoint.hpp"
 #include "net/lws_io.hpp"
 #include "net/tls_tickets.hpp"
 
@@ -31,6 +32,8 @@ class RigProtocol final : public RigTransport {
     core_ = &core;
     gate_ = &gate;
   }
+  // Artifact uploads on this port (null: none, every upload is answered 404).
+  void attach_artifacts(ArtifactEndpoint* endpoint) { artifacts_ = endpoint; }
   // Runs when a session's reading is paused: the application starts the timer
   // that calls FleetCore::resume_paused.
   void on_paused(std::function<void()> start_resume_timer) { start_resume_timer_ = std::move(start_resume_timer); }
@@ -62,6 +65,7 @@ class RigProtocol final : public RigTransport {
   RigTlsSettings tls_;  // read by the rig SSL_CTX's ticket callback: lives as long as the context
   FleetCore* core_ = nullptr;
   AcceptGate* gate_ = nullptr;
+  ArtifactEndpoint* artifacts_ = nullptr;
   std::function<void()> start_resume_timer_;
   TxBuffer tx_;  // every frame is encoded behind lws's headroom in this one buffer
   lws_protocols protocols_[2] = {};
