@@ -25,7 +25,8 @@ import unittest
 import harness
 from broker_rawclient import uuid7
 
-BIG_RANDOM_BYTES = 75 * 1024 * 1024  # base64 makes ~100 MB of it
+BIG_PIECES = 25                      # the big suite writes its ~100 MB in pieces over a few seconds
+BIG_PIECE_RANDOM = 3 * 1024 * 1024   # base64 makes 4 MiB (and newlines) of each
 
 
 def sha256_file(path):
@@ -138,7 +139,8 @@ class ArtifactLab:
                                "head -c 3000 /dev/urandom > out/core.dump; echo last line"],
                       "cwd": self.cwd, "artifacts": ["out/*.xml", "out/core.*"]},
             "big": {"argv": ["/bin/sh", "-c",
-                             f"head -c {BIG_RANDOM_BYTES} /dev/urandom | base64 -w 76 | tee {self.truth}"],
+                             f"for i in $(seq {BIG_PIECES}); do head -c {BIG_PIECE_RANDOM} /dev/urandom "
+                             f"| base64 -w 76; sleep 0.2; done | tee {self.truth}"],
                     "timeout_s": 600},
             "long": {"argv": ["/bin/sh", "-c", "echo started; exec sleep 600"], "timeout_s": 600},
             "nolog": {"argv": ["/bin/sh", "-c", "echo nothing kept"], "output_artifact": False},
@@ -188,6 +190,25 @@ class ArtifactsTest(harness.LabTestCase):
         self.assertEqual(status, 404)
         n = self.broker.run("rig-art", "suite", {"suite": "nolog"}, timeout=30)
         self.assertEqual(n["artifacts"], [])
+
+        # fleetctl lists them and fetches one, checking its digest.
+        def fleetctl(*args):
+            return subprocess.run([harness.binary("fleetctl"), "--control", self.broker.control_url, *args],
+                                  capture_output=True, text=True, timeout=60)
+        r = fleetctl("artifacts", v["cmd_id"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for name in arts:
+            self.assertIn(name, r.stdout)
+            self.assertIn(arts[name]["sha256"], r.stdout)
+        out = self.lab.path("fetched-core.dump")
+        r = fleetctl("fetch", v["cmd_id"], "core.dump", "-o", out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("(checked)", r.stderr)
+        self.assertEqual(read_bytes(out), expected["core.dump"])
+        r = fleetctl("fetch", v["cmd_id"], "nope.bin", "-o", out + "2")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("no artifact named nope.bin", r.stderr)
+        self.assertFalse(os.path.exists(out + "2"))
 
     def test_a_100mb_log_arrives_byte_identical_while_commands_flow(self):
         status, body = self.broker.send("rig-art", "suite", {"suite": "big"})
@@ -263,14 +284,15 @@ class ArtifactsTest(harness.LabTestCase):
         st, listing = self.broker.api("GET", f"/v1/commands/{running}/artifacts")
         self.assertEqual([a["name"] for a in listing["artifacts"]], ["good.bin", "output.log"])
         # A plain (non-TLS) client is never asked: the rig port needs a certificate.
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.lab.certs.ca)
+        ctx.check_hostname = False
+        raw = socket.create_connection(("127.0.0.1", self.broker.listen_port), timeout=5)
         with self.assertRaises((ssl.SSLError, ConnectionResetError, OSError)):
-            raw = socket.create_connection(("127.0.0.1", self.broker.listen_port), timeout=5)
-            ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.lab.certs.ca)
-            ctx.check_hostname = False
-            t = ctx.wrap_socket(raw)
-            t.sendall(b"POST /v1/artifacts/x/y HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
-            if not t.recv(100):
-                raise ConnectionResetError("closed")
+            with ctx.wrap_socket(raw) as t:
+                t.sendall(b"POST /v1/artifacts/x/y HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+                if not t.recv(100):
+                    raise ConnectionResetError("closed")
+        raw.close()
 
 
 class FullDiskTest(harness.LabTestCase):
