@@ -10,6 +10,8 @@
 
 #include "common/log.hpp"
 #include "dmesg_executor.hpp"
+#include "fleetlink/artifacts.hpp"
+#include "fleetlink/codec.hpp"
 #include "fleetlink/uuid.hpp"
 #include "fleetlink/version.hpp"
 #include "orphan_groups.hpp"
@@ -42,14 +44,25 @@ struct Agent::Link {
     return session != nullptr && session->send(m);
   }
   void finished(std::string cmd_id, Outcome outcome, std::uint64_t started_ms,
-                std::uint64_t stream_dropped, std::uint64_t stream_end) {
+                std::uint64_t stream_dropped, std::uint64_t stream_end, std::vector<Attachment> files = {}) {
     std::lock_guard lk(mu);
     if (!session) return;
     Agent* a = agent;
-    session->post([a, id = std::move(cmd_id), o = std::move(outcome), started_ms, stream_dropped,
-                   stream_end]() mutable {
-      a->command_finished(id, std::move(o), started_ms, stream_dropped, stream_end);
+    session->post([a, id = std::move(cmd_id), o = std::move(outcome), started_ms, stream_dropped, stream_end,
+                   f = std::move(files)]() mutable {
+      a->command_finished(id, std::move(o), started_ms, stream_dropped, stream_end, std::move(f));
     });
+  }
+  // From the uploader's thread: the command's artifacts are stored (or given up).
+  void uploaded(std::string cmd_id, UploadReport report) {
+    std::lock_guard lk(mu);
+    if (!session) return;
+    Agent* a = agent;
+    session->post([a, id = std::move(cmd_id), r = std::move(report)]() mutable { a->artifacts_uploaded(id, std::move(r)); });
+  }
+  std::string broker_url() {
+    std::lock_guard lk(mu);
+    return session ? session->current_url() : std::string();
   }
 };
 
@@ -84,14 +97,26 @@ class CommandReporter final : public Reporter {
   void finish(Outcome outcome) override {
     std::uint64_t dropped = 0;
     std::uint64_t end = 0;
+    std::vector<Attachment> files;
     {
       std::lock_guard lk(mu_);
       if (finished_) return;
       finished_ = true;
       dropped = dropped_;
       end = offset_;
+      files = std::move(files_);
     }
-    link_->finished(cmd_id_, std::move(outcome), started_ms_, dropped, end);
+    link_->finished(cmd_id_, std::move(outcome), started_ms_, dropped, end, std::move(files));
+  }
+
+  bool attach(std::string_view name, std::string_view path) override {
+    std::lock_guard lk(mu_);
+    if (finished_ || !valid_artifact_name(name) || path.empty() || files_.size() >= kMaxArtifactsPerResult) return false;
+    for (const auto& f : files_) {
+      if (f.name == name) return false;
+    }
+    files_.push_back(Attachment{std::string(name), std::string(path), false});
+    return true;
   }
 
  private:
@@ -102,6 +127,7 @@ class CommandReporter final : public Reporter {
   std::uint64_t offset_ = 0;
   std::uint64_t dropped_ = 0;
   bool finished_ = false;
+  std::vector<Attachment> files_;
 };
 
 // The session reports syslog numbers; notice (5) is logged as info.
@@ -152,7 +178,10 @@ Expected<std::shared_ptr<ExecutorRegistry>> build_registry(const AgentConfig& cf
     if (!t) return make_error(Errc::invalid_argument, config_origin(cfg, "suites") + ": " + t.error().detail);
     suites = std::move(*t);
   }
-  reg->add(std::make_shared<SuiteExecutor>(std::move(suites), 8, groups));
+  // A suite's full output is kept as an artifact (output.log) in the state directory until uploaded.
+  reg->add(std::make_shared<SuiteExecutor>(
+      std::move(suites), SuiteExecutor::kDefaultMaxRunning, groups,
+      cfg.upload_artifacts ? (std::filesystem::path(cfg.state_dir) / "artifacts").string() : std::string()));
   if (!cfg.plugin_dir.empty()) {
     PluginHostInfo host;
     host.agent_version = kVersion;
@@ -342,6 +371,13 @@ Expected<void> Agent::init() {
   };
   session_ = std::make_unique<ClientSession>(std::move(sc), std::move(h));
   if (auto ok = session_->validate(); !ok) return ok.error();
+  if (cfg_.upload_artifacts) {
+    UploadSettings us;
+    us.cert = cfg_.cert;
+    us.key = cfg_.key;
+    us.ca = cfg_.ca;
+    uploader_ = std::make_unique<ArtifactUploader>(std::move(us));
+  }
   {
     std::lock_guard lk(link_->mu);
     link_->agent = this;
@@ -657,11 +693,41 @@ void Agent::start_command(const msg::Command& c) {
 }
 
 void Agent::command_finished(const std::string& cmd_id, Outcome outcome, std::uint64_t started_ms,
-                             std::uint64_t stream_dropped, std::uint64_t stream_end) {
-  running_.erase(cmd_id);
+                             std::uint64_t stream_dropped, std::uint64_t stream_end, std::vector<Attachment> files) {
   if (stream_end > 0) stream_ends_[cmd_id] = stream_end;
   stream_dropped += unsent_output_.take(cmd_id);  // its chunks a lost connection never wrote
   msg::Result r = make_result(cmd_id, std::move(outcome), started_ms, now_unix_ms(), stream_dropped);
+  // Files the agent made itself (under <state-dir>/artifacts/) go once uploaded.
+  const std::string own = (state_dir_ / "artifacts").string() + "/";
+  for (auto& f : files) f.owned = f.path.rfind(own, 0) == 0;
+  if (!files.empty() && uploader_) {
+    // The RESULT waits for its artifacts: it names only what the broker stored.
+    // The command stays running here meanwhile (a CANCEL now changes nothing).
+    awaiting_upload_[cmd_id] = std::move(r);
+    std::shared_ptr<Link> link = link_;
+    uploader_->submit(artifact_base_url(link_->broker_url()), cmd_id, std::move(files),
+                      [link, cmd_id](UploadReport report) { link->uploaded(cmd_id, std::move(report)); });
+    return;
+  }
+  complete(std::move(r));
+}
+
+void Agent::artifacts_uploaded(const std::string& cmd_id, UploadReport report) {
+  auto it = awaiting_upload_.find(cmd_id);
+  if (it == awaiting_upload_.end()) return;
+  msg::Result r = std::move(it->second);
+  awaiting_upload_.erase(it);
+  r.artifacts = std::move(report.stored);
+  for (const auto& p : report.problems) {
+    if (r.detail.size() + p.size() + 2 > kMaxDetailBytes) break;
+    r.detail += (r.detail.empty() ? "" : "; ") + p;
+  }
+  complete(std::move(r));
+}
+
+void Agent::complete(msg::Result r) {
+  const std::string cmd_id = r.cmd_id;
+  running_.erase(cmd_id);
   store_result(r);
   ledger_->finished(cmd_id);
   deliver(r);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "admission.hpp"
+#include "artifact_uploader.hpp"
 #include "command_ledger.hpp"
 #include "config.hpp"
 #include "executor_registry.hpp"
@@ -61,7 +62,9 @@ class Agent {
   // Called on the loop thread by reporters.
   // stream_end: the bytes of output the command wrote in all (0: it streamed nothing).
   void command_finished(const std::string& cmd_id, Outcome outcome, std::uint64_t started_ms,
-                        std::uint64_t stream_dropped, std::uint64_t stream_end = 0);
+                        std::uint64_t stream_dropped, std::uint64_t stream_end = 0, std::vector<Attachment> files = {});
+  // The uploader is done with cmd_id's artifacts: its RESULT goes now, naming what was stored.
+  void artifacts_uploaded(const std::string& cmd_id, UploadReport report);
 
   struct Link;  // what reporters hold: outlives the agent safely
 
@@ -88,6 +91,8 @@ class Agent {
   void spool(const msg::Result& r);
   void flush_spool();
   void start_command(const msg::Command& c);
+  // The RESULT is final: stored for duplicates, the ledger told, sent (or spooled).
+  void complete(msg::Result r);
 
   AgentConfig cfg_;
   std::string boot_id_;
@@ -109,6 +114,9 @@ class Agent {
   // Stream totals of finished commands whose RESULT is not sent yet (send_stream_end).
   std::map<std::string, std::uint64_t, std::less<>> stream_ends_;
   bool welcomed_ = false;
+  std::unique_ptr<ArtifactUploader> uploader_;  // null: --upload-artifacts false
+  // Finished commands whose RESULT waits for their artifacts' upload.
+  std::map<std::string, msg::Result, std::less<>> awaiting_upload_;
 };
 
 }  // namespace fleetlink::agent

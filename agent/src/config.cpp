@@ -205,6 +205,10 @@ ParseOutcome parse_command_line(int argc, const char* const* argv) {
   app.add_option("--max-frame-bytes", c.max_frame_bytes, "Largest inbound frame");
   app.add_option("--keepalive-idle-s", c.keepalive_idle_s, "PING the broker after this long without traffic (0: off)");
   app.add_option("--keepalive-timeout-s", c.keepalive_timeout_s, "Reconnect when nothing came back this long (must exceed the idle time)");
+  app.add_option("--upload-artifacts", c.upload_artifacts,
+                 "Upload files commands attach (a suite's output.log, its artifacts globs) to the broker "
+                 "(true or false)")
+      ->default_str("true");
   app.add_flag("--allow-plain", c.allow_plain, "Permit ws:// broker URLs (loopback only)");
   app.add_flag("--strict", c.strict, "Unknown message types close the connection (4422)");
   app.add_option("--log-level", c.log_level, "debug|info|warn|error")

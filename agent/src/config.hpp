@@ -46,6 +46,7 @@ struct AgentConfig {
   std::uint32_t max_frame_bytes = 131072;
   std::uint32_t keepalive_idle_s = 60;     // PING the broker after this long without traffic
   std::uint32_t keepalive_timeout_s = 90;  // and reconnect if nothing came back by then
+  bool upload_artifacts = true;            // attached files go to the broker's artifact endpoint
   bool allow_plain = false;
   bool strict = false;
   std::string log_level = "info";

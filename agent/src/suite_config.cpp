@@ -154,8 +154,27 @@ class Parser {
         if (options_.check_users && !user_exists(spec.user)) {
           error(k, "unknown user '" + spec.user + "'");
         }
+      } else if (key == "artifacts") {
+        // Globs (relative to cwd) of files to upload with the result: a junit XML, a core dump.
+        if (!value.is_array()) {
+          error(k, "must be an array of glob patterns");
+          continue;
+        }
+        for (const auto& g : value) {
+          if (!g.is_string() || g.get<std::string>().empty()) {
+            error(k, "must be an array of non-empty glob patterns");
+            break;
+          }
+          spec.artifacts.push_back(g.get<std::string>());
+        }
+      } else if (key == "output_artifact") {
+        if (!value.is_boolean()) {
+          error(k, "must be true or false");
+          continue;
+        }
+        spec.output_artifact = value.get<bool>();
       } else {
-        error(k, "unknown key (known: argv, cwd, env, timeout_s, kill_grace_s, user)");
+        error(k, "unknown key (known: argv, cwd, env, timeout_s, kill_grace_s, user, artifacts, output_artifact)");
       }
     }
     if (!body.contains("argv")) error(base + ".argv", "missing (a non-empty array of strings)");

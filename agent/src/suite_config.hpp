@@ -3,7 +3,8 @@
 // run, by id. JSON, e.g.
 //   {"suites": {"7": {"argv": ["/usr/bin/run-regression", "--suite", "7"],
 //                     "cwd": "/srv/rig", "env": {"K": "V"},
-//                     "timeout_s": 3600, "kill_grace_s": 10, "user": "rigrunner"}}}
+//                     "timeout_s": 3600, "kill_grace_s": 10, "user": "rigrunner",
+//                     "artifacts": ["results/*.xml", "core*"], "output_artifact": true}}}
 // Only "argv" is required. Unknown keys are errors (a typo must not silently
 // drop a timeout). Every error names the file and the key.
 #include <chrono>
@@ -25,6 +26,11 @@ struct SuiteSpec {
   std::chrono::seconds timeout{3600};          // 0: no timeout
   std::chrono::seconds kill_grace{10};         // SIGTERM -> SIGKILL
   std::string user;                            // empty: the agent's user
+  // Uploaded with the result (docs/OPERATIONS.md, "Artifacts"): files matching these
+  // globs (relative to cwd) once the suite ended, and its full combined output as
+  // output.log unless output_artifact is false.
+  std::vector<std::string> artifacts;
+  bool output_artifact = true;
 };
 
 using SuiteTable = std::map<std::string, SuiteSpec, std::less<>>;

@@ -5,6 +5,7 @@
 //                 [--deadline S] [--wait]                               (a job)
 //            job create|list|show|watch|cancel ... (job_commands.hpp), jobs, job JOB_ID [--wait]
 //            status CMD_ID | logs [-f] CMD_ID | cancel CMD_ID | reconnect RIG | drain [--window-ms N] | events | health
+//            artifacts CMD_ID | fetch CMD_ID NAME [-o FILE] (artifact_commands.hpp)
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -23,6 +24,7 @@
 #include "common/build_info.hpp"
 #include "control_client.hpp"
 #include "exit_codes.hpp"
+#include "artifact_commands.hpp"
 #include "job_commands.hpp"
 #include "logs_command.hpp"
 #include "output_format.hpp"
@@ -617,6 +619,15 @@ int main(int argc, char** argv) {
   logs->add_flag("-f,--follow", logs_follow, "follow the output until the command ends, then print its state");
   logs->add_option("--timeout", logs_timeout_s, "seconds to follow at most (default: until it ends)");
 
+  auto* artifacts = app.add_subcommand("artifacts", "list the files a command's rig uploaded (name, size, sha256)");
+  artifacts->add_option("CMD_ID", cmd_id, "command id")->required();
+  auto* fetch = app.add_subcommand("fetch", "download one artifact of a command, its sha256 checked");
+  std::string artifact_name;
+  std::string fetch_out;
+  fetch->add_option("CMD_ID", cmd_id, "command id")->required();
+  fetch->add_option("NAME", artifact_name, "the artifact's name (fleetctl artifacts CMD_ID lists them)")->required();
+  fetch->add_option("-o,--output", fetch_out, "where to write it (default: ./NAME)");
+
   auto* cancel = app.add_subcommand("cancel", "stop a command in flight (the rig gets CANCEL)");
   cancel->add_option("CMD_ID", cmd_id, "command id")->required();
 
@@ -681,6 +692,8 @@ int main(int argc, char** argv) {
   if (job_commands.given()) return job_commands.run(job_cli);
   if (*status) return cmd_status(client, g, cmd_id);
   if (*logs) return cmd_logs(client, g, cmd_id, logs_follow, logs_timeout_s);
+  if (*artifacts) return artifacts_list(job_cli, cmd_id);
+  if (*fetch) return artifact_fetch(job_cli, cmd_id, artifact_name, fetch_out);
   if (*cancel) return cmd_cancel(client, g, cmd_id);
   if (*reconnect) return cmd_reconnect(client, g, rig_id);
   if (*drain) return cmd_drain(client, g, window_ms);

@@ -31,6 +31,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "fleetlink/artifacts.hpp"
 #include "fleetlink/uuid.hpp"
 
 namespace fleetlink {
@@ -92,6 +93,7 @@ void visit_fields(M& m, F& f) {
     f("finished_at_ms", m.finished_at_ms, Need::optional);
     f("detail", m.detail, Need::optional);
     f("interrupted", m.interrupted, Need::optional);
+    f("artifacts", m.artifacts, Need::optional);
   } else if constexpr (std::is_same_v<T, msg::OutputChunk>) {
     f("cmd_id", m.cmd_id, Need::required);
     f("offset", m.offset, Need::required);
@@ -161,6 +163,18 @@ void put(Packer& pk, const StringMap& m) {  // std::map: keys in byte order, det
 void put(Packer& pk, const std::vector<std::string>& list) {
   pk.pack_array(static_cast<std::uint32_t>(list.size()));
   for (const auto& s : list) put(pk, s);
+}
+void put(Packer& pk, const std::vector<msg::ArtifactRef>& list) {
+  pk.pack_array(static_cast<std::uint32_t>(list.size()));
+  for (const auto& a : list) {
+    pk.pack_map(3);
+    put(pk, std::string_view("name"));
+    put(pk, a.name);
+    put(pk, std::string_view("size"));
+    put(pk, a.size);
+    put(pk, std::string_view("sha256"));
+    put(pk, a.sha256);
+  }
 }
 void put(Packer& pk, msg::NackReason r) { put(pk, std::string_view(to_string(r))); }
 void put(Packer& pk, msg::Status s) { put(pk, std::string_view(to_string(s))); }
@@ -246,6 +260,38 @@ bool read(const msgpack::object& o, std::vector<std::string>& out) {
   }
   return true;
 }
+// {"name", "size", "sha256"}, each exactly once, nothing else.
+bool read(const msgpack::object& o, msg::ArtifactRef& out) {
+  if (o.type != msgpack::type::MAP || o.via.map.size != 3) return false;
+  bool name = false, size = false, sha = false;
+  for (std::uint32_t i = 0; i < o.via.map.size; ++i) {
+    std::string k;
+    if (!read(o.via.map.ptr[i].key, k)) return false;
+    const msgpack::object& v = o.via.map.ptr[i].val;
+    if (k == "name" && !name) {
+      name = read(v, out.name);
+      if (!name) return false;
+    } else if (k == "size" && !size) {
+      size = read(v, out.size);
+      if (!size) return false;
+    } else if (k == "sha256" && !sha) {
+      sha = read(v, out.sha256);
+      if (!sha) return false;
+    } else {
+      return false;
+    }
+  }
+  return name && size && sha;
+}
+bool read(const msgpack::object& o, std::vector<msg::ArtifactRef>& out) {
+  if (o.type != msgpack::type::ARRAY) return false;
+  out.clear();
+  out.resize(o.via.array.size);
+  for (std::uint32_t i = 0; i < o.via.array.size; ++i) {
+    if (!read(o.via.array.ptr[i], out[i])) return false;
+  }
+  return true;
+}
 bool read(const msgpack::object& o, msg::NackReason& out) {
   std::string s;
   if (!read(o, s)) return false;
@@ -271,6 +317,9 @@ const char* wire_type(bool) { return "bool"; }
 const char* wire_type(const Bytes&) { return "bin"; }
 const char* wire_type(const StringMap&) { return "map of str to str (unique keys)"; }
 const char* wire_type(const std::vector<std::string>&) { return "array of str"; }
+const char* wire_type(const std::vector<msg::ArtifactRef>&) {
+  return "array of {name: str, size: uint64, sha256: str}";
+}
 const char* wire_type(msg::NackReason) { return "nack reason string"; }
 const char* wire_type(msg::Status) { return "status string"; }
 
@@ -403,6 +452,24 @@ struct Checker {
       fail(Errc::too_large, std::string(name) + ": more than " + std::to_string(max) + " bytes");
     }
   }
+  void artifacts(const std::vector<msg::ArtifactRef>& list) {
+    if (error) return;
+    if (list.size() > kMaxArtifactsPerResult) {
+      fail(Errc::too_large, "artifacts: more than " + std::to_string(kMaxArtifactsPerResult) + " entries");
+      return;
+    }
+    for (std::size_t i = 0; i < list.size() && !error; ++i) {
+      if (!valid_artifact_name(list[i].name)) {
+        fail(Errc::bad_field, "artifacts: name must be 1.." + std::to_string(kMaxArtifactNameBytes) +
+                                  " of [A-Za-z0-9._-], not starting with '.'");
+      } else if (!valid_sha256_hex(list[i].sha256)) {
+        fail(Errc::bad_field, "artifacts: sha256 must be 64 lower-case hex digits");
+      }
+      for (std::size_t j = 0; j < i && !error; ++j) {
+        if (list[j].name == list[i].name) fail(Errc::bad_field, "artifacts: name " + list[i].name + " twice");
+      }
+    }
+  }
   void positive(const char* name, std::uint64_t v) {
     if (!error && v == 0) fail(Errc::bad_field, std::string(name) + ": must be >= 1");
   }
@@ -439,6 +506,7 @@ struct Checker {
     uuid("cmd_id", m.cmd_id);
     bytes("output", m.output, kMaxResultOutput);
     text("detail", m.detail, kMaxDetailBytes, false);
+    artifacts(m.artifacts);
   }
   void check(const msg::OutputChunk& m) {
     uuid("cmd_id", m.cmd_id);

@@ -34,7 +34,7 @@ FIELDS = {
     "result": [("cmd_id", str), ("status", str), ("exit_code", int), ("signal", int),
                ("output", bytes), ("truncated", bool), ("dropped_bytes", int),
                ("started_at_ms", int), ("finished_at_ms", int), ("detail", str),
-               ("interrupted", bool)],
+               ("interrupted", bool), ("artifacts", list)],
     "output": [("cmd_id", str), ("offset", int), ("data", bytes)],
     "event": [("name", str), ("fields", dict), ("at_ms", int)],
     "cancel": [("cmd_id", str)],

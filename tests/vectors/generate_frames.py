@@ -20,6 +20,8 @@ import msgpack
 CMD = "01936d3c-5e2a-7b3c-8d4e-1f2a3b4c5d6e"
 BOOT = "01936d3c-0000-7000-8000-000000000001"
 SESSION = "01936d3c-0000-7000-8000-000000000002"
+SHA = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+SHA_EMPTY = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 
 def frame(t, fields):
@@ -40,10 +42,11 @@ def hello(rig="rig-0414", version="0.1.0", boot=BOOT, labels=None, kinds=None):
 
 def result(**kw):
     f = dict(cmd_id=CMD, status="ok", exit_code=0, signal=0, output=b"", truncated=False,
-             dropped_bytes=0, started_at_ms=0, finished_at_ms=0, detail="", interrupted=False)
+             dropped_bytes=0, started_at_ms=0, finished_at_ms=0, detail="", interrupted=False,
+             artifacts=[])
     f.update(kw)
     order = ["cmd_id", "status", "exit_code", "signal", "output", "truncated",
-             "dropped_bytes", "started_at_ms", "finished_at_ms", "detail", "interrupted"]
+             "dropped_bytes", "started_at_ms", "finished_at_ms", "detail", "interrupted", "artifacts"]
     return [(k, f[k]) for k in order]
 
 
@@ -83,6 +86,10 @@ VALID = [
                ") that ended before it finished"))),
     ("result_duplicate_forgotten", frame("result", result(
         status="duplicate", detail="already ran on this rig; its result is no longer kept"))),
+    ("result_artifacts", frame("result", result(
+        status="failed", exit_code=1, finished_at_ms=1764448306200,
+        artifacts=[{"name": "output.log", "size": 104857600, "sha256": SHA},
+                   {"name": "junit.xml", "size": 0, "sha256": SHA_EMPTY}]))),
     ("output_chunk", frame("output", [("cmd_id", CMD), ("offset", 65536),
                                       ("data", b"line one\nline two\n")])),
     ("output_chunk_max", frame("output", [("cmd_id", CMD), ("offset", 0),
@@ -151,6 +158,20 @@ INVALID = [
     ("bad_field/interrupted_as_int", frame("result", result(interrupted=1))),
     ("bad_field/interrupted_as_str", frame("result", result(interrupted="true"))),
     ("bad_field/interrupted_as_nil", frame("result", result(interrupted=None))),
+    ("bad_field/artifact_name_with_slash", frame("result", result(
+        artifacts=[{"name": "../etc/passwd", "size": 1, "sha256": SHA}]))),
+    ("bad_field/artifact_name_hidden", frame("result", result(
+        artifacts=[{"name": ".bashrc", "size": 1, "sha256": SHA}]))),
+    ("bad_field/artifact_sha_upper_case", frame("result", result(
+        artifacts=[{"name": "a.log", "size": 1, "sha256": SHA.upper()}]))),
+    ("bad_field/artifact_extra_key", frame("result", result(
+        artifacts=[{"name": "a.log", "size": 1, "sha256": SHA, "url": "x"}]))),
+    ("bad_field/artifact_size_negative", frame("result", result(
+        artifacts=[{"name": "a.log", "size": -1, "sha256": SHA}]))),
+    ("bad_field/artifact_name_twice", frame("result", result(
+        artifacts=[{"name": "a.log", "size": 1, "sha256": SHA}, {"name": "a.log", "size": 2, "sha256": SHA}]))),
+    ("too_large/65_artifacts", frame("result", result(
+        artifacts=[{"name": "a%d" % i, "size": 1, "sha256": SHA} for i in range(65)]))),
     ("bad_field/ping_interval_over_uint32", frame("welcome", [("broker_id", "b"),
                                                               ("session_id", SESSION),
                                                               ("ping_interval_ms", 2**32),

@@ -142,6 +142,7 @@ Expected<void> BrokerApp::start() {
   context_ = lws_create_context(&info);
   if (!context_) return make_error(Errc::io, "lws_create_context failed (is libwebsockets-evlib-uv installed?)");
 
+  if (auto r = open_artifacts(); !r) return r;
   if (auto r = create_rig_vhosts(); !r) return r;
 
   ControlApiOptions copts;
@@ -168,6 +169,7 @@ Expected<void> BrokerApp::start() {
   copts.tls_key = cfg_.control_key;
   copts.default_drain_window = std::chrono::milliseconds(cfg_.drain_window_ms);
   copts.store = store_.get();
+  copts.artifacts = artifacts_.get();
   // The unfinished jobs go on: the control plane runs them, from the records the store loaded.
   auto cv = create_control_vhost(context_, copts, core_, metrics_, *jobs, /*own_listener=*/true);
   if (!cv) return make_error(Errc::io, "control API on " + cfg_.control.to_string() + ": " + cv.error().detail);
@@ -181,6 +183,32 @@ Expected<void> BrokerApp::start() {
 
   core_.set_transport_ready(true);
   start_timers_and_signals();
+  return {};
+}
+
+Expected<void> BrokerApp::open_artifacts() {
+  // Memory-only brokers (--store none, benchmarks) keep no files unless told where.
+  std::string dir = cfg_.artifact_dir;
+  if (dir.empty() && cfg_.store != "none") dir = cfg_.state_dir + "/artifacts";
+  if (dir.empty()) {
+    FL_INFO("artifacts: off (no --artifact-dir with --store none): uploads are refused");
+    return {};
+  }
+  ArtifactLimits limits;
+  limits.max_artifact_bytes = std::uint64_t{cfg_.artifact_max_mib} << 20;
+  limits.max_command_bytes = std::uint64_t{cfg_.artifact_command_max_mib} << 20;
+  limits.max_total_bytes = std::uint64_t{cfg_.artifact_store_max_mib} << 20;
+  limits.max_age_ms = std::uint64_t{cfg_.artifact_retention_days} * 24 * 3600 * 1000;
+  limits.max_uploads = cfg_.artifact_max_uploads;
+  auto opened = ArtifactStore::open(dir, limits);
+  if (auto* no = std::get_if<ArtifactError>(&opened)) return make_error(Errc::io, no->detail);
+  artifacts_ = std::move(std::get<std::unique_ptr<ArtifactStore>>(opened));
+  artifacts_->prune(clock_.wall_ms());
+  artifact_endpoint_ = std::make_unique<net::ArtifactEndpoint>(*artifacts_, core_);
+  rig_.attach_artifacts(artifact_endpoint_.get());
+  FL_INFO("artifacts: %s (%llu MiB stored; at most %u MiB each, %u MiB per command, %u MiB in all, %u days)",
+          dir.c_str(), static_cast<unsigned long long>(artifacts_->total_bytes() >> 20), cfg_.artifact_max_mib,
+          cfg_.artifact_command_max_mib, cfg_.artifact_store_max_mib, cfg_.artifact_retention_days);
   return {};
 }
 
@@ -275,6 +303,10 @@ void BrokerApp::start_timers_and_signals() {
         policy.max_commands = self->cfg_.store_max_commands;
         if (const std::size_t gone = self->store_->prune(policy, self->clock_.wall_ms()); gone > 0)
           FL_INFO("command store: %zu finished commands and jobs past the retention removed", gone);
+        if (self->artifacts_) {
+          if (const std::size_t gone = self->artifacts_->prune(self->clock_.wall_ms()); gone > 0)
+            FL_INFO("artifacts: %zu files past the retention removed", gone);
+        }
       },
       kPruneEveryMs, kPruneEveryMs);
   auto on_signal = [](uv_signal_t* s, int signum) {

@@ -11,10 +11,12 @@
 #include "app/config.hpp"
 #include "app/operators.hpp"
 #include "app/redis_fabric.hpp"
+#include "artifacts/artifact_store.hpp"
 #include "control/audit.hpp"
 #include "fleet/clock.hpp"
 #include "fleet/fleet_core.hpp"
 #include "net/accept_gate.hpp"
+#include "net/artifact_endpoint.hpp"
 #include "net/rig_protocol.hpp"
 #include "observe/broker_observer.hpp"
 #include "observe/metrics.hpp"
@@ -64,6 +66,7 @@ class BrokerApp {
   const RedisFabric* fabric() const noexcept { return fabric_.get(); }
 
  private:
+  Expected<void> open_artifacts();
   Expected<void> create_rig_vhosts();
   void start_timers_and_signals();
   void start_resume_timer();
@@ -85,6 +88,9 @@ class BrokerApp {
   FleetCore core_;
   AcceptGate gate_;
   std::unique_ptr<ControlListener> control_listener_;   // the control port's accept() (control_listener.hpp)
+  // Artifacts rigs upload on the rig port (null: no artifact directory, e.g. --store none).
+  std::unique_ptr<ArtifactStore> artifacts_;
+  std::unique_ptr<net::ArtifactEndpoint> artifact_endpoint_;
 
   lws_context* context_ = nullptr;
   lws_vhost* agent_vhost_ = nullptr;

@@ -58,6 +58,11 @@ constexpr Limit kLimits[] = {
     {"store-commit-interval-ms", 1, 10000},
     {"store-retention-days", 1, 3650},
     {"store-max-commands", 1000, 1'000'000'000},
+    {"artifact-max-mib", 1, 1'048'576},
+    {"artifact-command-max-mib", 1, 4'194'304},
+    {"artifact-store-max-mib", 1, 1'073'741'824},
+    {"artifact-retention-days", 1, 3650},
+    {"artifact-max-uploads", 1, 4096},
     {"registry-ttl-ms", 3000, 3'600'000},
     {"registry-refresh-ms", 1000, 3'600'000},
     {"mesh-answer-ms", 100, 60000},
@@ -363,6 +368,15 @@ ParseOutcome parse_command_line(int argc, const char* const* argv) {
           "steps of commands are committed at least this often (new commands at once)");
   r.whole("store-retention-days", cfg.store_retention_days, "finished commands and jobs kept this long");
   r.whole("store-max-commands", cfg.store_max_commands, "at most this many commands kept");
+  app.add_option("--artifact-dir", cfg.artifact_dir,
+                 "where uploaded artifacts are kept (default: <state-dir>/artifacts; shared by brokers that share "
+                 "a store)");
+  r.whole("artifact-max-mib", cfg.artifact_max_mib, "largest artifact accepted, in MiB");
+  r.whole("artifact-command-max-mib", cfg.artifact_command_max_mib, "all artifacts of one command, in MiB");
+  r.whole("artifact-store-max-mib", cfg.artifact_store_max_mib,
+          "all artifacts kept, in MiB (the oldest commands' go first)");
+  r.whole("artifact-retention-days", cfg.artifact_retention_days, "artifacts are kept this long");
+  r.whole("artifact-max-uploads", cfg.artifact_max_uploads, "artifact uploads in progress at once");
   app.add_option("--registry", cfg.registry,
                  "who owns which rig: embedded (this broker alone) or redis (several brokers, one fleet)")
       ->type_name("TEXT:{" + joined(kRegistries, ",") + "}");
@@ -490,6 +504,11 @@ ConfigReport validate(const BrokerConfig& cfg) {
       {"store-commit-interval-ms", cfg.store_commit_interval_ms},
       {"store-retention-days", cfg.store_retention_days},
       {"store-max-commands", cfg.store_max_commands},
+      {"artifact-max-mib", cfg.artifact_max_mib},
+      {"artifact-command-max-mib", cfg.artifact_command_max_mib},
+      {"artifact-store-max-mib", cfg.artifact_store_max_mib},
+      {"artifact-retention-days", cfg.artifact_retention_days},
+      {"artifact-max-uploads", cfg.artifact_max_uploads},
       {"registry-ttl-ms", cfg.registry_ttl_ms},
       {"registry-refresh-ms", cfg.registry_refresh_ms},
       {"mesh-answer-ms", cfg.mesh_answer_ms},

@@ -75,6 +75,13 @@ struct BrokerConfig {
   std::uint32_t store_commit_interval_ms = 20;
   std::uint32_t store_retention_days = 30;
   std::uint64_t store_max_commands = 1'000'000;
+  // Artifacts (docs/OPERATIONS.md, "Artifacts"): files rigs upload beside the command channel.
+  std::string artifact_dir;                          // "" : <state-dir>/artifacts
+  std::uint32_t artifact_max_mib = 1024;             // one artifact
+  std::uint32_t artifact_command_max_mib = 4096;     // all artifacts of one command
+  std::uint32_t artifact_store_max_mib = 20480;      // the whole store (oldest pruned first)
+  std::uint32_t artifact_retention_days = 7;
+  std::uint32_t artifact_max_uploads = 64;           // uploads in progress at once
   // Several brokers, one fleet (docs/OPERATIONS.md, "Several brokers").
   std::string registry = "embedded";                 // embedded | redis
   HostPort redis{"127.0.0.1", 6379};

@@ -28,6 +28,9 @@ nlohmann::ordered_json rig_json(const RigView& rig, std::uint64_t now_ms, bool w
 
 // GET /v1/commands/{id}
 nlohmann::ordered_json command_json(const CommandView& cmd);
+// The artifacts stored for a command (routes_artifacts.cpp): name, size, sha256, rig, time, href.
+class ArtifactStore;
+nlohmann::ordered_json artifacts_json(const ArtifactStore& store, const std::string& cmd_id);
 
 // The most of a command's output the broker has, in one piece: the RESULT's
 // output when it holds at least as much as was streamed (or nothing was), else

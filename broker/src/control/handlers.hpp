@@ -24,6 +24,10 @@ HttpResponse get_command(const RouteContext& ctx);
 HttpResponse get_command_output(const RouteContext& ctx);
 HttpResponse post_command_cancel(const RouteContext& ctx);
 
+// routes_artifacts.cpp: {cmd}, {name}
+HttpResponse get_command_artifacts(const RouteContext& ctx);
+HttpResponse get_command_artifact(const RouteContext& ctx);
+
 // routes_jobs.cpp: {job}; {batch} is the older name of the same
 HttpResponse post_job(const RouteContext& ctx);
 HttpResponse post_commands_job(const RouteContext& ctx);  // POST /v1/commands: answers with batch_id too

@@ -54,6 +54,10 @@ struct HttpResponse {
   std::string content_type = "application/json";
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;  // extra headers ("Allow", "Retry-After")
+  // Set: the body is this file's first file_size bytes, streamed as the socket
+  // takes them (an artifact of a gigabyte never sits in memory); `body` is ignored.
+  std::string file_path;
+  std::uint64_t file_size = 0;
   // GET /v1/events: the transport keeps the connection open and streams
   // Server-Sent Events after these headers (body is ignored).
   bool event_stream = false;

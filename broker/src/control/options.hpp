@@ -5,6 +5,7 @@
 
 namespace fleetlink::broker {
 
+class ArtifactStore;
 class AuditLog;
 class Authenticator;
 class CommandStore;
@@ -32,6 +33,8 @@ struct ControlApiOptions {
   // Fan-out jobs (POST /v1/jobs, POST /v1/commands, GET /v1/jobs/{id}); set by
   // the control vhost, which owns the table. Null: creating one answers 503.
   JobTable* jobs = nullptr;
+  // Artifacts rigs uploaded (GET /v1/commands/{id}/artifacts...). Null: none kept.
+  const ArtifactStore* artifacts = nullptr;
 };
 
 }  // namespace fleetlink::broker

@@ -35,6 +35,8 @@ constexpr Route kRoutes[] = {
     {"GET", "/v1/commands/{cmd}", get_command},
     {"POST", "/v1/commands/{cmd}/cancel", post_command_cancel},
     {"GET", "/v1/commands/{cmd}/output", get_command_output},
+    {"GET", "/v1/commands/{cmd}/artifacts", get_command_artifacts},
+    {"GET", "/v1/commands/{cmd}/artifacts/{name}", get_command_artifact},
 
     {"POST", "/v1/admin/drain", post_drain},
 

@@ -74,13 +74,19 @@ HttpResponse get_commands(const RouteContext& ctx) {
 
 HttpResponse get_command(const RouteContext& ctx) {
   const std::string& cmd_id = ctx.params.get("cmd");
+  // With the artifacts the rig uploaded for it, when this broker keeps any.
+  auto render = [artifacts = ctx.options.artifacts](const CommandView& v) {
+    json j = command_json(v);
+    if (artifacts != nullptr) j["artifacts"] = artifacts_json(*artifacts, v.cmd_id);
+    return json_response(200, j);
+  };
   const std::optional<CommandView> cmd = ctx.fleet.command(cmd_id);
-  if (cmd) return json_response(200, command_json(*cmd));
+  if (cmd) return render(*cmd);
   if (!ctx.fleet.reads_later()) return unknown_command(cmd_id);
   HttpResponse r = json_error(503, "shutting_down", "the broker is shutting down");
-  r.deferred = [cmd_id](Fleet& fleet, HttpResponse::Answer answer) {
-    fleet.command_then(cmd_id, [cmd_id, answer](std::optional<CommandView> found) {
-      answer(found ? json_response(200, command_json(*found)) : unknown_command(cmd_id));
+  r.deferred = [cmd_id, render](Fleet& fleet, HttpResponse::Answer answer) {
+    fleet.command_then(cmd_id, [cmd_id, render, answer](std::optional<CommandView> found) {
+      answer(found ? render(*found) : unknown_command(cmd_id));
     });
   };
   return r;

@@ -5,7 +5,13 @@
 // lws_http_transaction_completed(). A held POST (?wait=acked|done) waits on a
 // Fleet subscription and is answered from the writeable callback; an event
 // stream is handed to control_sse.cpp.
+#include <fcntl.h>
 #include <libwebsockets.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include <cstdlib>
 #include <functional>
@@ -119,6 +125,7 @@ void run_after_sent(ControlState* state, const std::function<void(Fleet&)>& acti
 }
 
 int send_and_complete(Transaction* tx, HttpResponse r);
+int start_file_body(Transaction* tx, HttpResponse r);
 int finish_hold(Transaction* tx);
 int await_record(Transaction* tx, HttpResponse r);
 
@@ -218,6 +225,7 @@ int send_and_complete(Transaction* tx, HttpResponse r) {
   ControlState* state = tx->state;
   audit_answer(state, r.audit ? r.audit.get() : tx->audit.get(), r);
   tx->audit.reset();
+  if (!r.file_path.empty()) return start_file_body(tx, std::move(r));
   std::string head;
   if (!render_headers(wsi, r, r.body.size(), false, head)) return -1;
   if (write_answer(wsi, head, r.body) != net::WriteStatus::written) return -1;
@@ -230,6 +238,63 @@ int send_and_complete(Transaction* tx, HttpResponse r) {
   const int rc = lws_http_transaction_completed(wsi) ? -1 : 0;
   if (rc == 0) state->kept_alive.insert(wsi);
   run_after_sent(state, r.after_sent);
+  return rc;
+}
+
+// An artifact's bytes: the headers now, then the file a piece per writeable
+// callback, so a large file never sits in memory or in lws's buffers.
+constexpr std::size_t kFilePiece = 64 * 1024;
+
+int start_file_body(Transaction* tx, HttpResponse r) {
+  lws* wsi = tx->wsi;
+  const int fd = ::open(r.file_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const std::string why = std::strerror(errno);
+    r = json_error(500, "io", "cannot read the artifact: " + why);
+    std::string head;
+    if (!render_headers(wsi, r, r.body.size(), false, head)) return -1;
+    (void)write_answer(wsi, head, r.body);
+    return -1;
+  }
+  tx->file = std::make_unique<FileBody>();
+  tx->file->fd = fd;
+  tx->file->remaining = r.file_size;
+  tx->file->buf.resize(LWS_PRE + kFilePiece);
+  std::string head;
+  if (!render_headers(wsi, r, r.file_size, false, head)) return -1;
+  if (net::write_with_pre(wsi, head, LWS_WRITE_HTTP_HEADERS) != net::WriteStatus::written) return -1;
+  lws_callback_on_writable(wsi);
+  return 0;
+}
+
+int write_file_piece(Transaction* tx) {
+  lws* wsi = tx->wsi;
+  if (lws_partial_buffered(wsi)) {
+    lws_callback_on_writable(wsi);
+    return 0;
+  }
+  FileBody& f = *tx->file;
+  const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(f.remaining, kFilePiece));
+  unsigned char* payload = f.buf.data() + LWS_PRE;
+  std::size_t got = 0;
+  while (got < want) {
+    const ssize_t n = ::read(f.fd, payload + got, want - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return -1;  // the file shrank under us: the client sees a short body
+    got += static_cast<std::size_t>(n);
+  }
+  f.remaining -= got;
+  const bool last = f.remaining == 0;
+  if (lws_write(wsi, payload, got, last ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) < static_cast<int>(got)) return -1;
+  if (!last) {
+    lws_callback_on_writable(wsi);
+    return 0;
+  }
+  tx->file.reset();
+  ControlState* state = tx->state;
+  // Frees `tx` (HTTP_DROP_PROTOCOL), as in send_and_complete.
+  const int rc = lws_http_transaction_completed(wsi) ? -1 : 0;
+  if (rc == 0) state->kept_alive.insert(wsi);
   return rc;
 }
 
@@ -384,6 +449,7 @@ int on_body(PerSession* pss, const char* in, std::size_t len) {
 
 // Writeable: a held POST whose wait ended, or the next piece of an event stream.
 int on_writeable(Transaction* tx) {
+  if (tx->file) return write_file_piece(tx);
   if (tx->deferred_wait) return tx->deferred_wait->answer ? answer_deferred(tx) : 0;
   if (tx->record_wait) return tx->record_wait->outcome ? answer_recorded(tx) : 0;
   if (tx->hold) return tx->hold->done ? finish_hold(tx) : 0;
@@ -403,6 +469,10 @@ int on_timer(lws* wsi, Transaction* tx) {
 }
 
 }  // namespace
+
+FileBody::~FileBody() {
+  if (fd >= 0) ::close(fd);
+}
 
 std::string header_value(lws* wsi, lws_token_indexes token) {
   const int len = lws_hdr_total_length(wsi, token);

@@ -75,6 +75,18 @@ struct DeferredWait {
 };
 
 // One HTTP transaction: a request and its answer, a held POST, or an event stream.
+// An answer whose body is a file (HttpResponse::file_path), written a piece per
+// writeable callback.
+struct FileBody {
+  int fd = -1;
+  std::uint64_t remaining = 0;
+  std::vector<unsigned char> buf;  // lws's headroom, then one piece
+  FileBody() = default;
+  FileBody(const FileBody&) = delete;
+  FileBody& operator=(const FileBody&) = delete;
+  ~FileBody();
+};
+
 struct Transaction {
   ControlState* state = nullptr;
   lws* wsi = nullptr;
@@ -86,6 +98,7 @@ struct Transaction {
   std::optional<DeferredWait> deferred_wait;
   std::optional<HeldPost> hold;
   std::optional<EventStream> sse;
+  std::unique_ptr<FileBody> file;
   // A mutating call's audit context, kept until its answer leaves (control/audit.hpp).
   std::shared_ptr<const AuditContext> audit;
   // Expires with the transaction: what a Fleet callback that may outlive it checks.

@@ -116,11 +116,28 @@ int RigProtocol::on_callback(lws* wsi, lws_callback_reasons reason, void* user, 
       return 0;
     case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
       return gate_->on_upgrade(wsi);
-    case LWS_CALLBACK_HTTP:
-      // Plain HTTP to the rig port: nothing here but the WebSocket endpoint.
-      lws_return_http_status(wsi, HTTP_STATUS_NOT_FOUND, "WebSocket endpoint /agent only");
+    case LWS_CALLBACK_HTTP: {
+      const std::string_view uri(static_cast<const char*>(in), len);
+      if (artifacts_ && ArtifactEndpoint::is_artifact_path(uri)) {
+        gate_->handshake_finished(wsi);  // an upload is not a handshake: it may take minutes
+        return artifacts_->on_request(wsi, uri);
+      }
+      // Plain HTTP to the rig port: nothing here but the WebSocket endpoint and artifacts.
+      lws_return_http_status(wsi, HTTP_STATUS_NOT_FOUND, "WebSocket endpoint /agent and /v1/artifacts/ only");
       return -1;
+    }
+    case LWS_CALLBACK_HTTP_BODY:
+      return artifacts_ && artifacts_->owns(wsi) ? artifacts_->on_body(wsi, static_cast<const char*>(in), len) : -1;
+    case LWS_CALLBACK_HTTP_BODY_COMPLETION:
+      return artifacts_ && artifacts_->owns(wsi) ? artifacts_->on_body_complete(wsi) : -1;
+    case LWS_CALLBACK_HTTP_WRITEABLE:
+      if (artifacts_ && artifacts_->owns(wsi)) return artifacts_->on_writeable(wsi);
+      break;
+    case LWS_CALLBACK_CLOSED_HTTP:
+      if (artifacts_) artifacts_->on_closed(wsi);
+      break;
     case LWS_CALLBACK_WSI_DESTROY:
+      if (artifacts_) artifacts_->on_closed(wsi);
       gate_->handshake_finished(wsi);  // a handshake or upgrade that failed or was refused
       break;
     case LWS_CALLBACK_ESTABLISHED:

@@ -14,6 +14,7 @@
 #include "fleet/transport.hpp"
 #include "net/accept_gate.hpp"
 #include "net/jwt_verifier.hpp"
+#include "net/artifact_endpoint.hpp"
 #include "net/lws_io.hpp"
 #include "net/tls_tickets.hpp"
 
@@ -36,6 +37,8 @@ class RigProtocol final : public RigTransport {
   // header is verified against these keys when it opens. Null: not read. Must
   // outlive every rig connection.
   void set_rig_tokens(const JwtVerifier* verifier) { tokens_ = verifier; }
+  // Artifact uploads on this port (null: none, every upload is answered 404).
+  void attach_artifacts(ArtifactEndpoint* endpoint) { artifacts_ = endpoint; }
   // Runs when a session's reading is paused: the application starts the timer
   // that calls FleetCore::resume_paused.
   void on_paused(std::function<void()> start_resume_timer) { start_resume_timer_ = std::move(start_resume_timer); }
@@ -68,6 +71,7 @@ class RigProtocol final : public RigTransport {
   FleetCore* core_ = nullptr;
   AcceptGate* gate_ = nullptr;
   const JwtVerifier* tokens_ = nullptr;
+  ArtifactEndpoint* artifacts_ = nullptr;
   std::function<void()> start_resume_timer_;
   TxBuffer tx_;  // every frame is encoded behind lws's headroom in this one buffer
   lws_protocols protocols_[2] = {};

@@ -38,6 +38,19 @@ class FLEETLINK_API Reporter {
   // the bytes were dropped (they are counted in the result's dropped_bytes).
   virtual bool output(std::string_view bytes) = 0;
   virtual void finish(Outcome outcome) = 0;
+  // Attaches a file to this command's result as an artifact (docs/PROTOCOL.md
+  // section 10): after finish(), the agent uploads it to the broker beside the
+  // command channel, then sends the RESULT, which names it (name, size, sha256).
+  // `name` is what operators see: [A-Za-z0-9._-], 1..128 bytes, not starting
+  // with '.'. Call it before finish(); the file must stay until the upload is
+  // done. False: refused (a bad or repeated name, too many, already finished,
+  // or an agent that uploads no artifacts). Declared last and not pure, so
+  // plugins built before it keep working.
+  virtual bool attach(std::string_view name, std::string_view path) {
+    (void)name;
+    (void)path;
+    return false;
+  }
 };
 
 class FLEETLINK_API Executor {

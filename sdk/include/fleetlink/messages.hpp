@@ -74,6 +74,16 @@ struct Nack {
 
 enum class Status : std::uint8_t { ok, failed, scheduled, cancelled, timeout, duplicate };
 
+// A file a command left behind (a suite's full log, a junit XML, a core dump),
+// uploaded to the broker's artifact endpoint before the RESULT that names it: the
+// RESULT carries only this reference, never the bytes (docs/PROTOCOL.md §3.6.1).
+struct ArtifactRef {
+  std::string name;                    // [A-Za-z0-9._-], 1..128 bytes, not starting with '.'
+  std::uint64_t size = 0;
+  std::string sha256;                  // 64 lower-case hex digits
+  bool operator==(const ArtifactRef&) const = default;
+};
+
 // agent -> broker: the final word on a command.
 struct Result {
   std::string cmd_id;
@@ -90,6 +100,8 @@ struct Result {
   // failed): reported by a later agent process from its dedup record. Added in v1
   // as an optional field: older receivers ignore it, older senders omit it.
   bool interrupted = false;
+  // Artifacts uploaded for this command (at most kMaxArtifactsPerResult).
+  std::vector<ArtifactRef> artifacts;
   bool operator==(const Result&) const = default;
 };
 

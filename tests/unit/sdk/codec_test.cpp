@@ -334,9 +334,9 @@ TEST_CASE("result.interrupted: optional, written last, a bool; a RESULT from an 
   res.status = msg::Status::failed;
   res.interrupted = true;
   const Bytes wire = encode(res);
-  // The last key of the map, after "detail": old receivers skip it as unknown.
+  // After "detail", before "artifacts" (added later, last): old receivers skip both as unknown.
   const std::string text(wire.begin(), wire.end());
-  const std::string tail = std::string("\xab" "interrupted") + "\xc3";
+  const std::string tail = std::string("\xab" "interrupted") + "\xc3" + "\xa9" "artifacts" + "\x90";
   REQUIRE(text.size() > tail.size());
   CHECK(text.substr(text.size() - tail.size()) == tail);
   CHECK(text.find("\xa6" "detail") < text.find("\xab" "interrupted"));

@@ -523,7 +523,8 @@ async function loadJob(id) {
     const rows = list.slice(0, JOB_RIGS_SHOWN).map((r) =>
       '<tr data-rig="' + esc(r.rig_id) + '" data-outcome="' + esc(r.outcome) + '"><td class="mono">' + esc(r.rig_id) +
       "</td><td>" + esc(r.outcome) + "</td><td>" + esc(r.state || "") + "</td><td>" +
-      (r.cmd_id ? '<a class="mono" href="#cmd/' + encodeURIComponent(r.cmd_id) + '">' + esc(shortId(r.cmd_id)) + "</a>" : "") +
+      (r.cmd_id ? '<a class="mono" href="#cmd/' + encodeURIComponent(r.cmd_id) + '">' + esc(shortId(r.cmd_id)) + "</a>" +
+        ' <a class="artifacts-link" href="#cmd/' + encodeURIComponent(r.cmd_id) + '" title="output, result and artifacts">files</a>' : "") +
       "</td><td>" + esc([r.error, r.detail].filter(Boolean).join(": ")) + "</td></tr>");
     document.querySelector("#job-rigs tbody").innerHTML = rows.join("");
     $("job-more").textContent = list.length > JOB_RIGS_SHOWN ? (list.length - JOB_RIGS_SHOWN) + " more rigs not shown" : "";
@@ -592,7 +593,35 @@ function showCommandState(c) {
   }
   if (c.nack) bits.push("refused: " + c.nack.reason + (c.nack.detail ? " (" + c.nack.detail + ")" : ""));
   $("cmd-meta").textContent = bits.join(" · ");
+  showArtifacts(c.artifacts || []);
 }
+
+// The files the rig uploaded for the command: a link each, fetched with the token
+// (a plain link could not carry it) and handed to the browser as a download.
+function showArtifacts(list) {
+  $("cmd-artifacts").innerHTML = list.map((a) =>
+    '<li><a href="#" class="artifact" data-href="' + esc(a.href) + '" data-name="' + esc(a.name) + '">' + esc(a.name) +
+    "</a> " + esc(String(a.size)) + ' bytes <span class="mono">sha256 ' + esc(a.sha256) + "</span></li>").join("");
+}
+
+$("cmd-artifacts").addEventListener("click", async (ev) => {
+  const link = ev.target.closest("a.artifact");
+  if (!link) return;
+  ev.preventDefault();
+  try {
+    const headers = token ? { Authorization: "Bearer " + token } : {};
+    const res = await fetch(link.dataset.href, { headers });
+    if (!res.ok) throw new Error("HTTP " + res.status);
+    const url = URL.createObjectURL(await res.blob());
+    const a = document.createElement("a");
+    a.href = url;
+    a.download = link.dataset.name;
+    a.click();
+    setTimeout(() => URL.revokeObjectURL(url), 10000);
+  } catch (e) {
+    toast("artifact " + link.dataset.name + ": " + e.message, false);
+  }
+});
 
 async function openCommand(id) {
   closeCommand();
@@ -601,6 +630,7 @@ async function openCommand(id) {
   $("cmd-output").textContent = "";
   $("cmd-state").textContent = "";
   $("cmd-meta").textContent = "";
+  $("cmd-artifacts").innerHTML = "";
   delete $("cmd-meta").dataset.exitCode;
   delete $("cmd-state").dataset.state;
   cmdOut = { id, bytes: new Uint8Array(0), start: 0, end: 0, ready: false, early: [] };

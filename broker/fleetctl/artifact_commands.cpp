@@ -1,0 +1,111 @@
+#include "artifact_commands.hpp"
+
+#include <openssl/evp.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include "exit_codes.hpp"
+
+namespace fleetctl {
+namespace {
+
+using json = nlohmann::json;
+
+std::string hex(const unsigned char* p, unsigned n) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned i = 0; i < n; ++i) {
+    out.push_back(kDigits[p[i] >> 4]);
+    out.push_back(kDigits[p[i] & 15]);
+  }
+  return out;
+}
+
+// GET /v1/commands/{id}/artifacts: the list, or the exit code of a failure.
+int get_list(JobCli& cli, const std::string& cmd_id, json& list) {
+  TransportError e;
+  const auto r = cli.client.call("GET", "/v1/commands/" + cli.client.escape(cmd_id) + "/artifacts", {}, e);
+  if (!r) return cli.unreachable(e);
+  if (r->status != 200) return cli.api_error(*r);
+  const json body = json::parse(r->body, nullptr, false);
+  if (!body.is_object() || !body.contains("artifacts") || !body["artifacts"].is_array())
+    return cli.fail(kFailed, "the broker's answer has no artifact list");
+  list = body["artifacts"];
+  if (cli.json_output) std::cout << r->body << "\n";
+  return kOk;
+}
+
+}  // namespace
+
+int artifacts_list(JobCli& cli, const std::string& cmd_id) {
+  json list;
+  if (const int rc = get_list(cli, cmd_id, list); rc != kOk) return rc;
+  if (cli.json_output) return kOk;
+  if (list.empty()) {
+    std::cout << "no artifacts for " << cmd_id << "\n";
+    return kOk;
+  }
+  std::printf("%-40s %14s  %s\n", "NAME", "BYTES", "SHA256");
+  for (const json& a : list) {
+    std::printf("%-40s %14llu  %s\n", a.value("name", "").c_str(),
+                static_cast<unsigned long long>(a.value("size", std::uint64_t{0})), a.value("sha256", "").c_str());
+  }
+  return kOk;
+}
+
+int artifact_fetch(JobCli& cli, const std::string& cmd_id, const std::string& name, const std::string& out_path) {
+  json list;
+  {
+    const bool was = cli.json_output;
+    cli.json_output = false;  // the listing is ours to read, not to print
+    const int rc = get_list(cli, cmd_id, list);
+    cli.json_output = was;
+    if (rc != kOk) return rc;
+  }
+  json entry;
+  for (const json& a : list) {
+    if (a.value("name", "") == name) entry = a;
+  }
+  if (entry.is_null()) return cli.fail(kFailed, "command " + cmd_id + " has no artifact named " + name);
+  const std::string path = out_path.empty() ? name : out_path;
+  const std::string partial = path + ".part";
+  std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+  if (!out) return cli.fail(kFailed, "cannot write " + partial);
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> sha(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  EVP_DigestInit_ex(sha.get(), EVP_sha256(), nullptr);
+  std::uint64_t got = 0;
+  TransportError e;
+  const long status = cli.client.stream(
+      "/v1/commands/" + cli.client.escape(cmd_id) + "/artifacts/" + cli.client.escape(name),
+      [&](std::string_view piece) {
+        out.write(piece.data(), static_cast<std::streamsize>(piece.size()));
+        EVP_DigestUpdate(sha.get(), piece.data(), piece.size());
+        got += piece.size();
+        return static_cast<bool>(out);
+      },
+      e);
+  out.close();
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned n = 0;
+  EVP_DigestFinal_ex(sha.get(), md, &n);
+  const std::string digest = hex(md, n);
+  auto give_up = [&](const std::string& why) {
+    std::remove(partial.c_str());
+    return cli.fail(kFailed, why);
+  };
+  if (status == 0) return give_up("control API unreachable: " + e.detail);
+  if (status != 200) return give_up("the broker answered HTTP " + std::to_string(status) + " for " + name);
+  if (!out) return give_up("writing " + partial + " failed");
+  if (got != entry.value("size", std::uint64_t{0}) || digest != entry.value("sha256", "")) {
+    return give_up(name + ": got " + std::to_string(got) + " bytes with sha256 " + digest + ", the broker lists " +
+                   std::to_string(entry.value("size", std::uint64_t{0})) + " bytes with " + entry.value("sha256", ""));
+  }
+  if (std::rename(partial.c_str(), path.c_str()) != 0) return give_up("cannot rename " + partial + " to " + path);
+  std::cerr << path << ": " << got << " bytes, sha256 " << digest << " (checked)\n";
+  return kOk;
+}
+
+}  // namespace fleetctl

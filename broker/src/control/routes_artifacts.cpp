@@ -1,0 +1,60 @@
+// GET /v1/commands/{cmd}/artifacts and GET /v1/commands/{cmd}/artifacts/{name}:
+// the files rigs uploaded for a command (artifacts/artifact_store.hpp), listed
+// with their size and digest, and their bytes, streamed from the file.
+#include <string>
+
+#include "artifacts/artifact_store.hpp"
+#include "control/handler_support.hpp"
+#include "control/handlers.hpp"
+#include "control/http_util.hpp"
+#include "control/routes.hpp"
+
+namespace fleetlink::broker {
+
+nlohmann::ordered_json artifacts_json(const ArtifactStore& store, const std::string& cmd_id) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const ArtifactInfo& a : store.list(cmd_id)) {
+    list.push_back({{"name", a.name},
+                    {"size", a.size},
+                    {"sha256", a.sha256},
+                    {"rig_id", a.rig_id},
+                    {"stored_at_ms", a.stored_at_ms},
+                    {"href", "/v1/commands/" + cmd_id + "/artifacts/" + a.name}});
+  }
+  return list;
+}
+
+namespace handlers {
+
+HttpResponse get_command_artifacts(const RouteContext& ctx) {
+  const std::string& cmd_id = ctx.params.get("cmd");
+  if (ctx.options.artifacts == nullptr)
+    return json_error(503, "artifacts_off", "this broker keeps no artifacts (--store none without --artifact-dir)");
+  return json_response(200, nlohmann::ordered_json{{"cmd_id", cmd_id},
+                                                   {"artifacts", artifacts_json(*ctx.options.artifacts, cmd_id)}});
+}
+
+HttpResponse get_command_artifact(const RouteContext& ctx) {
+  const std::string& cmd_id = ctx.params.get("cmd");
+  const std::string& name = ctx.params.get("name");
+  if (ctx.options.artifacts == nullptr)
+    return json_error(503, "artifacts_off", "this broker keeps no artifacts (--store none without --artifact-dir)");
+  const std::optional<ArtifactInfo> a = ctx.options.artifacts->find(cmd_id, name);
+  if (!a) {
+    return json_response(404, nlohmann::ordered_json{{"error", "unknown_artifact"},
+                                                     {"cmd_id", cmd_id},
+                                                     {"name", name},
+                                                     {"detail", "no such artifact (never uploaded, or past retention)"}});
+  }
+  HttpResponse r;
+  r.status = 200;
+  r.content_type = "application/octet-stream";
+  r.file_path = ctx.options.artifacts->path_of(cmd_id, name);
+  r.file_size = a->size;
+  r.headers.emplace_back("Content-Disposition", "attachment; filename=\"" + a->name + "\"");
+  r.headers.emplace_back("X-Fleetlink-Sha256", a->sha256);
+  return r;
+}
+
+}  // namespace handlers
+}  // namespace fleetlink::broker

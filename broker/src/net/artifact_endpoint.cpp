@@ -1,0 +1,278 @@
+#include "net/artifact_endpoint.hpp"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
+
+#include "common/log.hpp"
+#include "fleetlink/artifacts.hpp"
+#include "net/lws_io.hpp"
+#include "net/tls_identity.hpp"
+
+namespace fleetlink::broker::net {
+
+namespace {
+
+// Body bytes that arrive while the command is looked up (a store that answers
+// later) are kept in memory up to this much; past it the socket is paused.
+constexpr std::size_t kMaxEarlyBytes = 4 * 1024 * 1024;
+
+struct DigestDeleter {
+  void operator()(EVP_MD_CTX* c) const noexcept { EVP_MD_CTX_free(c); }
+};
+
+std::string hex(const unsigned char* p, unsigned n) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * n);
+  for (unsigned i = 0; i < n; ++i) {
+    out.push_back(kDigits[p[i] >> 4]);
+    out.push_back(kDigits[p[i] & 15]);
+  }
+  return out;
+}
+
+std::string header(lws* wsi, lws_token_indexes token) {
+  const int len = lws_hdr_total_length(wsi, token);
+  if (len <= 0) return {};
+  std::string v(static_cast<std::size_t>(len) + 1, '\0');
+  const int n = lws_hdr_copy(wsi, v.data(), len + 1, token);
+  v.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+  return v;
+}
+
+std::optional<std::uint64_t> parse_u64(std::string_view s) {
+  std::uint64_t v = 0;
+  if (s.empty()) return std::nullopt;
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc{} || p != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+int http_status_of(ArtifactRefusal why) {
+  switch (why) {
+    case ArtifactRefusal::bad_name: return 400;
+    case ArtifactRefusal::too_large: return 413;
+    case ArtifactRefusal::store_full: return 507;
+    case ArtifactRefusal::busy: return 503;
+    case ArtifactRefusal::size_mismatch: return 400;
+    case ArtifactRefusal::digest_mismatch: return 422;
+    case ArtifactRefusal::io: return 500;
+  }
+  return 500;
+}
+
+}  // namespace
+
+struct ArtifactEndpoint::Upload {
+  enum class Phase : std::uint8_t { authorizing, receiving, answering };
+  lws* wsi = nullptr;
+  std::uint64_t id = 0;
+  Phase phase = Phase::authorizing;
+  std::string cmd_id;
+  std::string name;
+  std::string sha256;             // declared
+  std::uint64_t declared = 0;
+  CertIdentity identity;
+  std::string early;              // body bytes that came before the command was found
+  bool paused = false;
+  bool body_complete = false;
+  std::unique_ptr<EVP_MD_CTX, DigestDeleter> digest;
+  std::optional<ArtifactStore::Incoming> incoming;
+  int status = 0;                 // the answer, once known
+  std::string body;
+};
+
+ArtifactEndpoint::ArtifactEndpoint(ArtifactStore& store, Fleet& fleet) : store_(store), fleet_(fleet) {}
+ArtifactEndpoint::~ArtifactEndpoint() = default;
+
+int ArtifactEndpoint::on_request(lws* wsi, std::string_view uri) {
+  auto owned = std::make_unique<Upload>();
+  Upload& u = *owned;
+  u.wsi = wsi;
+  u.id = ++next_id_;
+  uploads_[wsi] = std::move(owned);
+
+  if (lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) <= 0) {
+    refuse(u, 405, "method_not_allowed", "artifacts are uploaded with POST");
+    return 0;
+  }
+  std::string_view rest = uri.substr(kPathPrefix.size());
+  const auto slash = rest.find('/');
+  if (slash == std::string_view::npos) {
+    refuse(u, 400, "bad_request", "the path is /v1/artifacts/{cmd_id}/{name}");
+    return 0;
+  }
+  u.cmd_id = std::string(rest.substr(0, slash));
+  u.name = std::string(rest.substr(slash + 1));
+  char arg[128] = {};
+  const char* sha = lws_get_urlarg_by_name(wsi, "sha256=", arg, sizeof arg);
+  u.sha256 = sha ? sha : "";
+  const std::string length = header(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH);
+  const std::optional<std::uint64_t> declared = parse_u64(length);
+  std::optional<CertIdentity> who = peer_identity(wsi);
+  if (!who) {
+    refuse(u, 401, "no_certificate", "an artifact upload needs the rig's client certificate (TLS)");
+  } else if (!valid_artifact_name(u.name)) {
+    refuse(u, 400, "bad_name", "artifact names are 1..128 of [A-Za-z0-9._-], not starting with '.'");
+  } else if (!valid_sha256_hex(u.sha256)) {
+    refuse(u, 400, "bad_digest", "the query must give sha256= as 64 lower-case hex digits");
+  } else if (!declared) {
+    refuse(u, 411, "length_required", "an artifact upload needs a Content-Length (no chunked bodies)");
+  } else if (auto no = store_.check(u.cmd_id, u.name, *declared)) {
+    refuse(u, http_status_of(no->why), to_string(no->why), no->detail);
+  }
+  if (u.phase == Upload::Phase::answering) return 0;
+  u.identity = std::move(*who);
+  u.declared = *declared;
+  u.digest.reset(EVP_MD_CTX_new());
+  if (!u.digest || EVP_DigestInit_ex(u.digest.get(), EVP_sha256(), nullptr) != 1) {
+    refuse(u, 500, "io", "cannot start a sha256");
+    return 0;
+  }
+  // The command decides the rest; a store that answers later answers on the loop.
+  fleet_.command_then(u.cmd_id, [this, wsi, id = u.id](std::optional<CommandView> v) {
+    auto it = uploads_.find(wsi);
+    if (it == uploads_.end() || it->second->id != id) return;  // the connection went meanwhile
+    authorize(*it->second, v);
+  });
+  return 0;
+}
+
+void ArtifactEndpoint::authorize(Upload& u, const std::optional<CommandView>& v) {
+  if (u.phase != Upload::Phase::authorizing) return;
+  if (!v) return refuse(u, 404, "unknown_command", "no command " + u.cmd_id);
+  if (!identity_matches(v->rig_id, u.identity)) {
+    return refuse(u, 403, "wrong_rig",
+                  "command " + u.cmd_id + " is for rig " + v->rig_id + ", not for this certificate (" +
+                      u.identity.subject + ")");
+  }
+  if (is_final(v->state)) {
+    return refuse(u, 409, "command_finished",
+                  "command " + u.cmd_id + " is " + std::string(to_string(v->state)) + ": its artifacts are closed");
+  }
+  ArtifactInfo info;
+  info.cmd_id = u.cmd_id;
+  info.name = u.name;
+  info.sha256 = u.sha256;
+  info.rig_id = v->rig_id;
+  info.stored_at_ms = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  auto begun = store_.begin(std::move(info), u.declared);
+  if (auto* no = std::get_if<ArtifactError>(&begun)) return refuse(u, http_status_of(no->why), to_string(no->why), no->detail);
+  u.incoming.emplace(std::move(std::get<ArtifactStore::Incoming>(begun)));
+  u.phase = Upload::Phase::receiving;
+  if (!u.early.empty()) {
+    std::string early = std::move(u.early);
+    u.early.clear();
+    take(u, early);
+  }
+  if (u.paused) {
+    u.paused = false;
+    lws_rx_flow_control(u.wsi, 1);
+  }
+  if (u.body_complete) on_body_complete(u.wsi);
+}
+
+void ArtifactEndpoint::take(Upload& u, std::string_view bytes) {
+  if (bytes.empty() || u.phase != Upload::Phase::receiving) return;
+  EVP_DigestUpdate(u.digest.get(), bytes.data(), bytes.size());
+  if (auto no = store_.write(*u.incoming, bytes)) refuse(u, http_status_of(no->why), to_string(no->why), no->detail);
+}
+
+int ArtifactEndpoint::on_body(lws* wsi, const char* in, std::size_t len) {
+  auto it = uploads_.find(wsi);
+  if (it == uploads_.end()) return -1;
+  Upload& u = *it->second;
+  if (u.phase == Upload::Phase::authorizing) {
+    u.early.append(in, len);
+    if (u.early.size() > kMaxEarlyBytes && !u.paused) {
+      u.paused = true;
+      lws_rx_flow_control(wsi, 0);
+    }
+    return 0;
+  }
+  take(u, std::string_view(in, len));  // answering: the rest of a refused body is dropped
+  return 0;
+}
+
+int ArtifactEndpoint::on_body_complete(lws* wsi) {
+  auto it = uploads_.find(wsi);
+  if (it == uploads_.end()) return -1;
+  Upload& u = *it->second;
+  u.body_complete = true;
+  if (u.phase != Upload::Phase::receiving) return 0;  // authorizing: finished when the command is found
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned n = 0;
+  EVP_DigestFinal_ex(u.digest.get(), md, &n);
+  auto stored = store_.commit(*u.incoming, hex(md, n));
+  if (auto* no = std::get_if<ArtifactError>(&stored)) {
+    refuse(u, http_status_of(no->why), to_string(no->why), no->detail);
+    return 0;
+  }
+  const ArtifactInfo& a = std::get<ArtifactInfo>(stored);
+  ++stored_;
+  FL_INFO("artifact stored cmd=%s name=%s bytes=%llu rig=%s", a.cmd_id.c_str(), a.name.c_str(),
+          static_cast<unsigned long long>(a.size), a.rig_id.c_str());
+  answer(u, 201, nlohmann::json{{"name", a.name}, {"size", a.size}, {"sha256", a.sha256}}.dump());
+  return 0;
+}
+
+void ArtifactEndpoint::refuse(Upload& u, int status, std::string_view error, std::string detail) {
+  if (u.phase == Upload::Phase::answering) return;
+  ++refused_;
+  FL_WARN("artifact upload refused cmd=%s name=%s: %d %.*s: %s", u.cmd_id.c_str(), u.name.c_str(), status,
+          static_cast<int>(error.size()), error.data(), detail.c_str());
+  u.incoming.reset();  // nothing half-stored
+  answer(u, status, nlohmann::json{{"error", std::string(error)}, {"detail", detail}}.dump());
+}
+
+void ArtifactEndpoint::answer(Upload& u, int status, std::string body) {
+  u.phase = Upload::Phase::answering;
+  u.status = status;
+  u.body = std::move(body);
+  if (u.paused) {
+    u.paused = false;
+    lws_rx_flow_control(u.wsi, 1);
+  }
+  lws_callback_on_writable(u.wsi);
+}
+
+int ArtifactEndpoint::on_writeable(lws* wsi) {
+  auto it = uploads_.find(wsi);
+  if (it == uploads_.end() || it->second->phase != Upload::Phase::answering || it->second->status == 0) return 0;
+  Upload& u = *it->second;
+  unsigned char head[512];
+  unsigned char* p = head;
+  unsigned char* end = head + sizeof head - 1;
+  if (lws_add_http_common_headers(wsi, static_cast<unsigned>(u.status), "application/json", u.body.size(), &p, end) ||
+      lws_add_http_header_by_name(wsi, reinterpret_cast<const unsigned char*>("connection:"),
+                                  reinterpret_cast<const unsigned char*>("close"), 5, &p, end) ||
+      lws_finalize_http_header(wsi, &p, end)) {
+    return -1;
+  }
+  std::string out(reinterpret_cast<const char*>(head), static_cast<std::size_t>(p - head));
+  out += u.body;
+  u.status = 0;  // written once
+  (void)write_with_pre(wsi, out, LWS_WRITE_HTTP_FINAL);
+  return -1;  // every answer ends the connection: a refused body is never read
+}
+
+void ArtifactEndpoint::on_closed(lws* wsi) {
+  auto it = uploads_.find(wsi);
+  if (it == uploads_.end()) return;
+  Upload& u = *it->second;
+  if (u.incoming) {
+    FL_WARN("artifact upload cut off cmd=%s name=%s after %llu of %llu bytes: nothing stored", u.cmd_id.c_str(),
+            u.name.c_str(), static_cast<unsigned long long>(u.incoming->written()),
+            static_cast<unsigned long long>(u.declared));
+  }
+  uploads_.erase(it);  // an Incoming not committed removes its temporary file
+}
+
+}  // namespace fleetlink::broker::net
