@@ -9,6 +9,7 @@ class AuditLog;
 class Authenticator;
 class CommandStore;
 class JobTable;
+class Reloader;
 
 struct ControlApiOptions {
   std::string host = "127.0.0.1";
@@ -32,6 +33,8 @@ struct ControlApiOptions {
   // Fan-out jobs (POST /v1/jobs, POST /v1/commands, GET /v1/jobs/{id}); set by
   // the control vhost, which owns the table. Null: creating one answers 503.
   JobTable* jobs = nullptr;
+  // POST /v1/admin/reload (control/reload.hpp). Null: that route answers 503.
+  Reloader* reloader = nullptr;
 };
 
 }  // namespace fleetlink::broker

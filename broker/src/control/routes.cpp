@@ -37,6 +37,7 @@ constexpr Route kRoutes[] = {
     {"GET", "/v1/commands/{cmd}/output", get_command_output},
 
     {"POST", "/v1/admin/drain", post_drain},
+    {"POST", "/v1/admin/reload", post_reload},
 
     {"GET", "/v1/events", get_events, Route::kNoHead | Route::kTokenInQuery},
 };
