@@ -274,7 +274,7 @@ class BrokerReload(LabTestCase):
         self.lab.agent("rig-2", broker)
         broker.wait_rigs(["rig-1", "rig-2"], timeout=30)
 
-    def test_check_config_and_start_up_refuse_a_crl_the_ca_did_not_sign(self):
+    def test_check_config_refuses_a_crl_of_another_ca_or_an_expired_one_and_reads_a_crl_directory(self):
         other = self.lab.path("other-ca")
         lab_ca("init", other, "--name", "another lab CA")
         lab_ca("crl", other)
@@ -285,6 +285,23 @@ class BrokerReload(LabTestCase):
         self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
         self.assertIn("error: --crl: CRL in '" + foreign + "' is issued by /O=fleetlink/CN=another lab CA, "
                       "which is not a CA of --ca", r.stderr)
+        # A CRL past its nextUpdate: every rig of its CA would be refused.
+        d = self.lab.certs.dir
+        cnf = self.lab.path("expired-crl.cnf")
+        with open(cnf, "w") as f:
+            f.write(f"[ca]\ndefault_ca = lab\n[lab]\ndatabase = {d}/index.txt\ncrlnumber = {d}/crlnumber\n"
+                    "default_md = sha256\n")
+        expired = self.lab.path("expired-crl.pem")
+        subprocess.run(["openssl", "ca", "-batch", "-config", cnf, "-keyfile", os.path.join(d, "ca.key"),
+                        "-cert", os.path.join(d, "ca.crt"), "-gencrl", "-crlsec", "1", "-out", expired],
+                       check=True, capture_output=True, timeout=60)
+        time.sleep(2)
+        r = subprocess.run([harness.binary("fleetlink-broker"), "--cert", self.cert, "--key", self.key,
+                            "--ca", self.ca, "--crl", expired, "--state-dir", self.lab.path("st"),
+                            "--check-config"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertRegex(r.stderr, r"error: --crl: CRL in '.*expired-crl\.pem' \(issuer /O=fleetlink/CN=fleetlink "
+                                   r"lab CA\) expired at \S+ \(its nextUpdate\)")
         # A directory of CRLs: the lab's is read, a README beside it is not.
         d = self.lab.path("crl.d")
         os.makedirs(d)
