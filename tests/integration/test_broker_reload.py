@@ -154,6 +154,45 @@ class BrokerReload(LabTestCase):
         broker2.wait_log(r"client certificate refused: /O=fleetlink/CN=rig-2 \(certificate revoked\)", timeout=10)
         self.assertNotIn("rig-2", broker2.rigs())
 
+    def test_a_handshake_done_before_the_reload_is_checked_when_its_websocket_opens_after_it(self):
+        """A connection whose TLS handshake was verified under the old CRL, and whose
+        WebSocket upgrade comes after the reload, is not among the connections the
+        reload re-checks: it is checked when it opens, and closed 4401."""
+        broker = self.broker()
+        crt, key = self.lab.certs.rig("rig-late")
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.load_verify_locations(self.lab.certs.ca)
+        ctx.check_hostname = False
+        ctx.load_cert_chain(crt, key)
+        with socket.create_connection(("127.0.0.1", broker.listen_port), timeout=10) as raw:
+            with ctx.wrap_socket(raw) as tls:
+                time.sleep(0.5)  # the broker has read and verified the certificate by now
+                lab_ca("revoke", self.lab.certs.dir, "rig-late")
+                mark = broker.log_size()
+                broker.signal(signal.SIGHUP)
+                broker.wait_log(r"reload \(SIGHUP\): CRLs from", start=mark)
+                tls.sendall(("GET /agent HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+                             "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                             "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: fleetlink.v1\r\n\r\n").encode())
+                data = b""
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    head, sep, rest = data.partition(b"\r\n\r\n")
+                    if sep and len(rest) >= 2 and len(rest) >= 2 + (rest[1] & 0x7F):
+                        break
+                    chunk = tls.recv(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+        head, _, rest = data.partition(b"\r\n\r\n")
+        self.assertTrue(head.startswith(b"HTTP/1.1 101"), data[:200])
+        self.assertGreaterEqual(len(rest), 4, data)
+        self.assertEqual(rest[0], 0x88, "a close frame")
+        payload = rest[2:2 + (rest[1] & 0x7F)]
+        self.assertEqual(int.from_bytes(payload[:2], "big"), 4401)
+        self.assertEqual(payload[2:].decode(), "certificate no longer trusted: certificate revoked")
+        self.assertEqual(self.metric(broker, "rigs_distrusted_total"), 1)
+
     def test_a_ca_bundle_without_the_rigs_ca_closes_every_rig_and_fleetctl_reload_brings_them_back(self):
         broker = self.broker(crl=None)
         agents = self.agents(broker, "rig-a", "rig-b")
