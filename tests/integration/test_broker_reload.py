@@ -293,6 +293,26 @@ class BrokerReload(LabTestCase):
         self.assertEqual(self.metric(broker, "reload_last_successful"), 1)
         self.assertEqual(self.connections(broker, agents), before)
 
+    def test_the_control_token_file_is_read_again(self):
+        token_file = self.lab.path("control-token")
+        with open(token_file, "w") as f:
+            f.write("first-token-0123\n")
+        broker = self.broker(control_token_file=token_file)
+        self.assertEqual(broker.api("GET", "/v1/rigs", token="first-token-0123")[0], 200)
+        with open(token_file, "w") as f:
+            f.write("  second-token-4567\n")
+        status, body = broker.api("POST", "/v1/admin/reload", token="first-token-0123")
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body["changed"], ["operators: 1 operator(s) (was 1); new token for token"])
+        self.assertEqual(broker.api("GET", "/v1/rigs", token="first-token-0123")[0], 401)
+        self.assertEqual(broker.api("GET", "/v1/rigs", token="second-token-4567")[0], 200)
+        # Emptied by mistake: refused, the token in use stays (an empty one would open the API).
+        open(token_file, "w").close()
+        status, body = broker.api("POST", "/v1/admin/reload", token="second-token-4567")
+        self.assertEqual(status, 500, body)
+        self.assertIn("is empty", body["detail"])
+        self.assertEqual(broker.api("GET", "/v1/rigs", token="second-token-4567")[0], 200)
+
     def test_a_rotated_broker_certificate_is_served_to_new_connections(self):
         broker = self.broker()
         agents = self.agents(broker, "rig-1")
