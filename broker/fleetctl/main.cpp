@@ -4,7 +4,8 @@
 //            send (--rig-glob G | --label k=v)... KIND [--max-concurrency N|P%] [--max-errors N|P%]
 //                 [--deadline S] [--wait]                               (a job)
 //            job create|list|show|watch|cancel ... (job_commands.hpp), jobs, job JOB_ID [--wait]
-//            status CMD_ID | logs [-f] CMD_ID | cancel CMD_ID | reconnect RIG | drain [--window-ms N] | events | health
+//            status CMD_ID | logs [-f] CMD_ID | cancel CMD_ID | reconnect RIG | drain [--window-ms N] | reload
+//            events | health
 //            artifacts CMD_ID | fetch CMD_ID NAME [-o FILE] (artifact_commands.hpp)
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -452,6 +453,38 @@ int cmd_drain(ControlClient& c, const Globals& g, long window_ms) {
   return kOk;
 }
 
+// POST /v1/admin/reload: what changed, or why nothing did.
+int cmd_reload(ControlClient& c, const Globals& g) {
+  TransportError e;
+  const auto r = c.call("POST", "/v1/admin/reload", "{}", e);
+  if (!r) return unreachable(e);
+  if (r->status != 200) {
+    const json body = parse_json(r->body);
+    if (field_text(body, "error") == "reload_failed") {
+      if (g.json_output) print_raw(r->body);
+      return fail(kFailed, "reload failed, the broker changed nothing: " + field_text(body, "detail"));
+    }
+    return api_error(*r, g);
+  }
+  if (g.json_output) {
+    print_raw(r->body);
+    return kOk;
+  }
+  const json body = parse_json(r->body);
+  const json changed = body.is_object() ? body.value("changed", json::array()) : json::array();
+  if (!changed.is_array() || changed.empty()) std::cout << "reloaded: nothing changed\n";
+  else std::cout << "reloaded:\n";
+  if (changed.is_array())
+    for (const auto& line : changed) std::cout << "  " << text_of(line) << "\n";
+  if (body.is_object() && body.contains("warnings") && body["warnings"].is_array())
+    for (const auto& w : body["warnings"]) std::cout << "warning: " << text_of(w) << "\n";
+  const std::string to_check = field_text(body, "rigs_to_check");
+  if (to_check != "-" && to_check != "0")
+    std::cout << to_check << " connection(s) are being checked against the new CAs and CRLs "
+                             "(refused ones are closed 4401)\n";
+  return kOk;
+}
+
 // Reads the SSE stream and prints one line per event (or its JSON with --json).
 int cmd_events(ControlClient& c, const Globals& g, long max_events) {
   std::string buffer;
@@ -639,6 +672,9 @@ int main(int argc, char** argv) {
   drain->add_option("--window-ms", window_ms, "spread reconnects over this many ms (default: the broker's drain-window-ms)")
       ->check(whole_number(0, kNoMax));
 
+  auto* reload = app.add_subcommand(
+      "reload", "make the broker re-read its CA bundle, CRLs, certificate and key, and operators (as SIGHUP)");
+
   auto* events = app.add_subcommand("events", "stream live fleet events (Server-Sent Events)");
   long max_events = 0;
   events->add_option("--count", max_events, "stop after this many events (0: never)")
@@ -697,6 +733,7 @@ int main(int argc, char** argv) {
   if (*cancel) return cmd_cancel(client, g, cmd_id);
   if (*reconnect) return cmd_reconnect(client, g, rig_id);
   if (*drain) return cmd_drain(client, g, window_ms);
+  if (*reload) return cmd_reload(client, g);
   if (*events) return cmd_events(client, g, max_events);
   if (*health) return cmd_health(client, g);
   return kUsage;

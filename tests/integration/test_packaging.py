@@ -377,7 +377,8 @@ class DebianPackages(unittest.TestCase):
         self.assertEqual(svc["KillSignal"], ["SIGTERM"])
         # Longer than the default drain deadline (window 10 s + 5 s).
         self.assertGreater(seconds(svc["TimeoutStopSec"][0]), 15)
-        self.assertNotIn("ExecReload", svc)
+        # SIGHUP re-reads the CAs, CRLs, certificate, key and operators (test_broker_reload.py).
+        self.assertEqual(svc["ExecReload"], ["/bin/kill -HUP $MAINPID"])
         self.assertEqual(svc["ExecStart"], ["/usr/bin/fleetlink-broker --config /etc/fleetlink/broker.conf"])
         self.assertEqual(svc.get("NoNewPrivileges"), ["yes"])
         self.assertEqual(unit["Install"]["WantedBy"], ["multi-user.target"])

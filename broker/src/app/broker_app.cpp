@@ -3,9 +3,13 @@
 #include <libwebsockets.h>
 
 #include <algorithm>
+#include <cctype>
 #include <csignal>
 #include <cstdlib>
+#include <ctime>
+#include <fstream>
 #include <random>
+#include <sstream>
 
 #include "common/log.hpp"
 #include "control_net/control_listener.hpp"
@@ -23,6 +27,10 @@ const lws_retry_bo_t g_no_lws_validity = {};
 
 constexpr std::uint64_t kResumeCheckMs = 20;  // paused rigs' buckets are looked at this often
 constexpr std::uint64_t kPruneEveryMs = 60'000;
+// A reload's re-check of open connections: this many certificates are verified
+// per tick (~0.1 ms each), so 20,000 rigs take a few seconds and never stall the loop.
+constexpr std::uint64_t kRecheckEveryMs = 10;
+constexpr std::size_t kRecheckSlice = 64;
 
 FleetSettings fleet_settings(const BrokerConfig& cfg) {
   FleetSettings s;
@@ -63,6 +71,13 @@ AcceptGate::Settings gate_settings(const BrokerConfig& cfg) {
 }
 
 void close_handle(void* handle) { uv_close(static_cast<uv_handle_t*>(handle), nullptr); }
+
+std::string trimmed(std::string s) {
+  const auto not_space = [](unsigned char c) { return !std::isspace(c); };
+  s.erase(s.begin(), std::find_if(s.begin(), s.end(), not_space));
+  s.erase(std::find_if(s.rbegin(), s.rend(), not_space).base(), s.end());
+  return s;
+}
 
 }  // namespace
 
@@ -170,6 +185,7 @@ Expected<void> BrokerApp::start() {
   copts.default_drain_window = std::chrono::milliseconds(cfg_.drain_window_ms);
   copts.store = store_.get();
   copts.artifacts = artifacts_.get();
+  copts.reloader = this;
   // The unfinished jobs go on: the control plane runs them, from the records the store loaded.
   auto cv = create_control_vhost(context_, copts, core_, metrics_, *jobs, /*own_listener=*/true);
   if (!cv) return make_error(Errc::io, "control API on " + cfg_.control.to_string() + ": " + cv.error().detail);
@@ -213,8 +229,18 @@ Expected<void> BrokerApp::open_artifacts() {
 }
 
 Expected<void> BrokerApp::create_rig_vhosts() {
+  // The CAs, CRLs, certificate and key, loaded and checked here (lws is given the
+  // same files, and the callback that sets up its SSL_CTX installs this).
+  auto trust = load_rig_trust(tls_files(), std::time(nullptr));
+  if (!trust) return make_error(trust.error().code, trust.error().detail);
+  for (const std::string& w : (*trust)->warnings()) FL_WARN("rig TLS: %s", w.c_str());
+  if (!cfg_.crl.empty())
+    FL_INFO("rig TLS: %zu CRL(s) from %s, %zu revoked serial(s); checked for %s", (*trust)->summary().crls,
+            cfg_.crl.c_str(), (*trust)->summary().revoked,
+            (*trust)->summary().crl_check_all ? "every certificate of a chain" : "rig certificates");
+  rig_.set_trust(*trust);
+  observer_.loaded(clock_.wall_ms());
   RigTlsSettings tls;
-  tls.ca_path = cfg_.ca;
   tls.ticket_lifetime_s = cfg_.tls_ticket_lifetime_s;
   if (!cfg_.tls_ticket_key_file.empty()) {
     auto key = load_or_create_ticket_key(cfg_.tls_ticket_key_file);
@@ -256,6 +282,10 @@ Expected<void> BrokerApp::create_rig_vhosts() {
   if (!agent_vhost_)
     return make_error(Errc::io, "cannot create the TLS listener: check --cert " + cfg_.cert + " --key " + cfg_.key +
                                     " --ca " + cfg_.ca);
+  // Installed again now that lws has loaded the files itself (the SSL_CTX then holds
+  // exactly what was checked); it fails if the SSL_CTX was not captured for reloads.
+  if (!rig_.replace_trust(rig_.trust()))
+    return make_error(Errc::io, "the TLS listener's context was not set up (no SSL_CTX from libwebsockets)");
   if (auto r = gate_.open(agent_vhost_, cfg_.listen, true); !r) return r;
 
   if (!cfg_.plain_listen.host.empty()) {
@@ -325,7 +355,77 @@ void BrokerApp::start_timers_and_signals() {
   uv_signal_init(loop_, &sigint_);
   sigint_.data = this;
   uv_signal_start(&sigint_, on_signal, SIGINT);
+  uv_signal_init(loop_, &sighup_);
+  sighup_.data = this;
+  uv_signal_start(
+      &sighup_, [](uv_signal_t* sig, int) { static_cast<BrokerApp*>(sig->data)->reload("SIGHUP"); }, SIGHUP);
+  uv_timer_init(loop_, &recheck_timer_);
+  recheck_timer_.data = this;
   handles_open_ = true;
+}
+
+Expected<std::optional<OperatorTable>> BrokerApp::read_operators() const {
+  if (!operators_) return std::optional<OperatorTable>();  // an open API stays open: restart to add tokens
+  std::string token = cfg_.control_token;
+  if (!cfg_.control_token_file.empty()) {
+    std::ifstream in(cfg_.control_token_file);
+    if (!in) return make_error(Errc::io, "--control-token-file '" + cfg_.control_token_file + "' cannot be read");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    token = trimmed(ss.str());
+    if (token.empty())
+      return make_error(Errc::invalid_argument, "--control-token-file '" + cfg_.control_token_file +
+                                                    "' is empty: the control API would take requests without a token");
+  }
+  OperatorsParse ops = broker_operators(cfg_.operators_file, token);
+  if (!ops.errors.empty()) return make_error(Errc::invalid_argument, "operators: " + ops.errors.front());
+  return std::optional<OperatorTable>(std::move(ops.table));
+}
+
+ReloadOutcome BrokerApp::reload(std::string_view trigger) {
+  ReloadOutcome out;
+  auto failed = [&](std::string detail) {
+    out.detail = std::move(detail);
+    observer_.reload_failed(trigger, out.detail);
+    return out;
+  };
+  // Everything is read and checked first: a failure leaves all of it as it was.
+  auto trust = load_rig_trust(tls_files(), std::time(nullptr));
+  if (!trust) return failed(trust.error().detail);
+  const std::shared_ptr<const RigTrust> before = rig_.trust();
+  if (before && !(*trust)->same_key_type_as(*before))
+    return failed("--key '" + cfg_.key + "' is another kind of key (EC, RSA, ...) than the one in use: restart the "
+                  "broker to change the kind of key");
+  auto operators = read_operators();
+  if (!operators) return failed(operators.error().detail);
+
+  if (auto r = rig_.replace_trust(*trust); !r) return failed(r.error().detail);
+  out.ok = true;
+  out.changes = trust_changes(before.get(), **trust, tls_files());
+  out.warnings = (*trust)->warnings();
+  if (*operators && operators_) {
+    std::string change = operators_change(*operators_, **operators);
+    if (!change.empty())
+      out.changes.push_back("operators" + (cfg_.operators_file.empty() ? std::string() : " from " + cfg_.operators_file) +
+                            ": " + change);
+    operators_->replace_with(std::move(**operators));
+  }
+  // Open connections were verified under the old CAs and CRLs: each is checked
+  // again, a slice per tick, and closed 4401 if the new ones refuse it.
+  if (!before || !(*trust)->same_trust_as(*before)) {
+    core_.start_recheck([this](const RigSession& s) { return rig_.certificate_refusal(s); });
+    out.rigs_to_check = core_.connection_count();
+    if (handles_open_ && !uv_is_active(reinterpret_cast<uv_handle_t*>(&recheck_timer_)))
+      uv_timer_start(
+          &recheck_timer_,
+          [](uv_timer_t* t) {
+            auto* self = static_cast<BrokerApp*>(t->data);
+            if (!self->core_.recheck_slice(kRecheckSlice)) uv_timer_stop(t);
+          },
+          0, kRecheckEveryMs);
+  }
+  observer_.reload_succeeded(trigger, out.changes, out.warnings, clock_.wall_ms());
+  return out;
 }
 
 void BrokerApp::start_resume_timer() {
@@ -369,6 +469,10 @@ void BrokerApp::shutdown() {
     close_handle(&sigterm_);
     uv_signal_stop(&sigint_);
     close_handle(&sigint_);
+    uv_signal_stop(&sighup_);
+    close_handle(&sighup_);
+    uv_timer_stop(&recheck_timer_);
+    close_handle(&recheck_timer_);
   }
   if (context_) {
     lws_context* c = context_;

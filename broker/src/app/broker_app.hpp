@@ -13,6 +13,7 @@
 #include "app/redis_fabric.hpp"
 #include "artifacts/artifact_store.hpp"
 #include "control/audit.hpp"
+#include "control/reload.hpp"
 #include "fleet/clock.hpp"
 #include "fleet/fleet_core.hpp"
 #include "net/accept_gate.hpp"
@@ -42,13 +43,13 @@ class LoopClock final : public Clock {
 
 class ControlListener;
 
-class BrokerApp {
+class BrokerApp final : public Reloader {
  public:
   // `registry` is used when the config says embedded; with --registry redis the
   // broker makes its own (RedisFabric) and `registry` may be null.
   BrokerApp(BrokerConfig cfg, uv_loop_t* loop, BrokerMetrics& metrics, std::unique_ptr<RegistryBackend> registry,
             std::unique_ptr<CommandStore> store);
-  ~BrokerApp();
+  ~BrokerApp() override;
   BrokerApp(const BrokerApp&) = delete;
   BrokerApp& operator=(const BrokerApp&) = delete;
 
@@ -65,12 +66,23 @@ class BrokerApp {
   // Several brokers: the Redis side (null: the embedded registry).
   const RedisFabric* fabric() const noexcept { return fabric_.get(); }
 
+  // Reloader (SIGHUP, POST /v1/admin/reload): re-reads the rig listener's CA
+  // bundle, CRLs, certificate and key, and the operators (--operators-file, the
+  // control token file). Everything is read and checked before anything is
+  // used; then new handshakes get the new material, open connections stay, and
+  // those whose certificate the new CAs and CRLs refuse are closed 4401. A
+  // failure changes nothing.
+  ReloadOutcome reload(std::string_view trigger) override;
+
  private:
   Expected<void> open_artifacts();
   Expected<void> create_rig_vhosts();
   void start_timers_and_signals();
   void start_resume_timer();
   void stop_loop(int code);
+  RigTlsFiles tls_files() const { return RigTlsFiles{cfg_.cert, cfg_.key, cfg_.ca, cfg_.crl}; }
+  // The operators a reload would install (nullopt: none configured), or why not.
+  Expected<std::optional<OperatorTable>> read_operators() const;
 
   BrokerConfig cfg_;
   uv_loop_t* loop_;
@@ -102,8 +114,10 @@ class BrokerApp {
   uv_async_t store_wakeup_{};  // the store's writer has outcomes (any thread may send it)
   bool store_wakeup_open_ = false;
   uv_timer_t prune_timer_{};   // the store's retention
+  uv_timer_t recheck_timer_{};  // runs while a reload's re-check of open connections goes on
   uv_signal_t sigterm_{};
   uv_signal_t sigint_{};
+  uv_signal_t sighup_{};  // reload
   bool handles_open_ = false;
   bool stopping_ = false;
   int exit_code_ = 0;

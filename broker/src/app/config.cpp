@@ -287,6 +287,10 @@ ParseOutcome parse_command_line(int argc, const char* const* argv) {
   app.add_option("--cert", cfg.cert, "server certificate (PEM) (required)");
   app.add_option("--key", cfg.key, "server private key (PEM) (required)");
   app.add_option("--ca", cfg.ca, "CA that signs rig certificates (PEM; mTLS required) (required)");
+  app.add_option("--crl", cfg.crl,
+                 "certificate revocation lists (PEM) of the --ca CAs: a file, or a directory of *.pem / *.crl "
+                 "files; set, a rig certificate is accepted only if its CA's CRL does not list it; re-read "
+                 "with --ca, --cert, --key and --operators-file on SIGHUP (default: none)");
   r.address("plain-listen", cfg.plain_listen, "plain ws listener, loopback only (bench/dev) (default: none)");
   r.address("control", cfg.control, "HTTP control API listener");
   app.add_option("--control-token", cfg.control_token,

@@ -8,7 +8,7 @@
 // its line and the key, or the flag):
 //   parse_command_line()  the syntax: unknown keys, values that are not numbers
 //   validate()            ranges and the constraints between options (pure)
-//   check_files()         the files named: certificates, key, CA, token, ticket key, state directory
+//   check_files()         the files named: certificates, key, CA, CRLs, token, ticket key, state directory
 // The broker refuses to start on any error; --check-config prints the same report
 // and exits without opening a socket or the command store.
 #include <cstdint>
@@ -25,6 +25,7 @@ namespace fleetlink::broker {
 struct BrokerConfig {
   HostPort listen{"0.0.0.0", 8443};
   std::string cert, key, ca;
+  std::string crl;                       // PEM CRLs: a file or a directory of them; empty: revocation not checked
   HostPort plain_listen;                 // host empty: no plain listener
   HostPort control{"127.0.0.1", 8080};
   std::string control_token;             // resolved from --control-token-file too

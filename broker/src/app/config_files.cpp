@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "app/config.hpp"
 #include "app/operators.hpp"
 #include "net/jwt_verifier.hpp"
+#include "net/rig_trust.hpp"
 #include "net/tls_tickets.hpp"
 
 namespace fleetlink::broker {
@@ -108,6 +110,24 @@ void check_tls(const BrokerConfig& cfg, ConfigReport& r) {
   ERR_clear_error();
 }
 
+// The revocation lists: loaded as the broker would (each PEM, signed by a CA of
+// --ca, current), once the certificates themselves are fine.
+void check_crl(const BrokerConfig& cfg, ConfigReport& r, bool tls_ok) {
+  const std::string origin = config_origin(cfg, "crl");
+  std::error_code ec;
+  if (!fs::exists(cfg.crl, ec)) {
+    r.errors.push_back(origin + ": '" + cfg.crl + "' does not exist");
+    return;
+  }
+  if (!tls_ok) return;
+  auto trust = load_rig_trust(RigTlsFiles{cfg.cert, cfg.key, cfg.ca, cfg.crl}, std::time(nullptr));
+  if (!trust) {
+    r.errors.push_back(origin + ": " + trust.error().detail);
+    return;
+  }
+  for (const std::string& w : (*trust)->warnings()) r.warnings.push_back(origin + ": " + w);
+}
+
 // The control listener's certificate and key: readable PEM, the key the certificate's.
 void check_control_tls(const BrokerConfig& cfg, ConfigReport& r) {
   auto err = [&](std::string_view key, const std::string& text) {
@@ -183,7 +203,10 @@ void check_ticket_key(const BrokerConfig& cfg, ConfigReport& r) {
 }  // namespace
 
 void check_files(const BrokerConfig& cfg, ConfigReport& r) {
+  const std::size_t errors_before = r.errors.size();
   check_tls(cfg, r);
+  if (!cfg.crl.empty())
+    check_crl(cfg, r, r.errors.size() == errors_before && !cfg.cert.empty() && !cfg.key.empty() && !cfg.ca.empty());
   if (!cfg.control_token_file.empty()) {
     if (auto e = readable(cfg.control_token_file); !e.empty())
       r.errors.push_back(config_origin(cfg, "control-token-file") + ": " + e);

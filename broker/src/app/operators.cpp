@@ -186,4 +186,38 @@ OperatorsParse broker_operators(const std::string& operators_file, const std::st
   return out;
 }
 
+std::string operators_change(const OperatorTable& before, const OperatorTable& after) {
+  auto find = [](const OperatorTable& t, const std::string& name) -> const OperatorEntry* {
+    for (const OperatorEntry& e : t.entries())
+      if (e.name == name) return &e;
+    return nullptr;
+  };
+  std::vector<std::string> added, removed, new_role, new_token;
+  for (const OperatorEntry& e : after.entries()) {
+    const OperatorEntry* old = find(before, e.name);
+    if (!old) {
+      added.push_back(e.name);
+      continue;
+    }
+    if (old->role != e.role) new_role.push_back(e.name + ": " + to_string(e.role));
+    if (old->digest != e.digest) new_token.push_back(e.name);
+  }
+  for (const OperatorEntry& e : before.entries())
+    if (!find(after, e.name)) removed.push_back(e.name);
+  if (added.empty() && removed.empty() && new_role.empty() && new_token.empty()) return {};
+  std::string out = std::to_string(after.entries().size()) + " operator(s) (was " +
+                    std::to_string(before.entries().size()) + ")";
+  auto part = [&out](const char* label, const std::vector<std::string>& names) {
+    if (names.empty()) return;
+    out += "; ";
+    out += label;
+    for (std::size_t i = 0; i < names.size(); ++i) out += (i ? ", " : " ") + names[i];
+  };
+  part("added", added);
+  part("removed", removed);
+  part("new role for", new_role);
+  part("new token for", new_token);
+  return out;
+}
+
 }  // namespace fleetlink::broker

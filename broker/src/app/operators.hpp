@@ -10,7 +10,9 @@
 // Fields are separated by spaces or tabs; '#' starts a comment (a whole line, or
 // after the fields); blank lines are skipped. A name is 1 to 64 of A-Z a-z 0-9 . _ @ -
 // and unique; a role is viewer or operator; a hash is "sha256:" and 64 hex digits
-// (fleetlink-broker --hash-token prints it). The file is read at start-up only.
+// (fleetlink-broker --hash-token prints it). The file is read at start-up and at
+// every reload (SIGHUP, POST /v1/admin/reload); a reload that finds an error in it
+// keeps the operators in use.
 #include <array>
 #include <optional>
 #include <string>
@@ -49,6 +51,9 @@ class OperatorTable final : public Authenticator {
   bool empty() const noexcept { return entries_.empty(); }
   // False (and nothing added) when the name or the token's hash is taken.
   bool add(OperatorEntry e);
+  // A reload: the other table's operators become this one's (callers hold a
+  // pointer to this table, so it stays the same object).
+  void replace_with(OperatorTable&& other) { entries_ = std::move(other.entries_); }
 
  private:
   std::vector<OperatorEntry> entries_;
@@ -68,5 +73,9 @@ OperatorsParse read_operators_file(const std::string& path);
 // operator "token" of role operator (if any). Its errors are the file's, and a
 // clash of the old token's name or hash with a file's entry.
 OperatorsParse broker_operators(const std::string& operators_file, const std::string& legacy_token);
+
+// What a reload changes of the operators, for its log line: "" when nothing, else
+// "3 operator(s) (was 2); added carol; removed bob; new role for dave: viewer; new token for erin".
+std::string operators_change(const OperatorTable& before, const OperatorTable& after);
 
 }  // namespace fleetlink::broker

@@ -38,6 +38,7 @@ HttpResponse get_batch(const RouteContext& ctx);
 
 // routes_admin.cpp
 HttpResponse post_drain(const RouteContext& ctx);
+HttpResponse post_reload(const RouteContext& ctx);
 
 // routes_events.cpp
 HttpResponse get_events(const RouteContext& ctx);

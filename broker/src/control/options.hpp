@@ -10,6 +10,7 @@ class AuditLog;
 class Authenticator;
 class CommandStore;
 class JobTable;
+class Reloader;
 
 struct ControlApiOptions {
   std::string host = "127.0.0.1";
@@ -35,6 +36,8 @@ struct ControlApiOptions {
   JobTable* jobs = nullptr;
   // Artifacts rigs uploaded (GET /v1/commands/{id}/artifacts...). Null: none kept.
   const ArtifactStore* artifacts = nullptr;
+  // POST /v1/admin/reload (control/reload.hpp). Null: that route answers 503.
+  Reloader* reloader = nullptr;
 };
 
 }  // namespace fleetlink::broker

@@ -39,6 +39,7 @@ constexpr Route kRoutes[] = {
     {"GET", "/v1/commands/{cmd}/artifacts/{name}", get_command_artifact},
 
     {"POST", "/v1/admin/drain", post_drain},
+    {"POST", "/v1/admin/reload", post_reload},
 
     {"GET", "/v1/events", get_events, Route::kNoHead | Route::kTokenInQuery},
 };

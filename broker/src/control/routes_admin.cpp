@@ -1,8 +1,10 @@
-// POST /v1/admin/drain
+// POST /v1/admin/drain, POST /v1/admin/reload
 #include <chrono>
+#include <string>
 
 #include "control/handler_support.hpp"
 #include "control/handlers.hpp"
+#include "control/reload.hpp"
 
 namespace fleetlink::broker::handlers {
 namespace {
@@ -32,6 +34,23 @@ HttpResponse post_drain(const RouteContext& ctx) {
     };
   }
   return r;
+}
+
+HttpResponse post_reload(const RouteContext& ctx) {
+  HttpResponse error;
+  // No fields; an empty body or {} (what a generic client sends with a POST).
+  if (!parse_object_body(ctx.request, true, error)) return error;
+  if (ctx.options.reloader == nullptr)
+    return json_error(503, "unavailable", "this broker cannot reload (no reloader configured)");
+  const std::string trigger =
+      "POST /v1/admin/reload by " + std::string(ctx.caller.authenticated ? ctx.caller.name : "-");
+  const ReloadOutcome out = ctx.options.reloader->reload(trigger);
+  // A failure is the broker's files, not the request: 500, and nothing changed.
+  if (!out.ok) return json_error(500, "reload_failed", out.detail);
+  return json_response(200, nlohmann::ordered_json{{"reloaded", true},
+                                                   {"changed", out.changes},
+                                                   {"warnings", out.warnings},
+                                                   {"rigs_to_check", out.rigs_to_check}});
 }
 
 }  // namespace fleetlink::broker::handlers

@@ -93,6 +93,7 @@ void FleetCore::on_closed(RigSession& s) {
   if (s.rx_paused) std::erase(paused_, &s);
   registry_.release_interned(s);
   if (sweep_cursor_ == &s) sweep_cursor_ = s.next;
+  if (recheck_cursor_ == &s) recheck_cursor_ = s.next;
   if (s.prev) s.prev->next = s.next;
   else head_ = s.next;
   if (s.next) s.next->prev = s.prev;
@@ -493,6 +494,29 @@ std::optional<RigView> FleetCore::rig(std::string_view rig_id) const {
   if (const auto it = remote_.find(rig_id); it != remote_.end()) return remote_view(it->second.record);
   if (const auto it = offline_.find(rig_id); it != offline_.end()) return view_of(it->second);
   return std::nullopt;
+}
+
+void FleetCore::distrust(RigSession& s, std::string_view why) {
+  if (s.phase == SessionPhase::closing) return;
+  observer_.certificate_distrusted(s, why);
+  close_session(s, CloseCode::identity_mismatch, "certificate no longer trusted: " + std::string(why));
+}
+
+void FleetCore::start_recheck(TrustCheck check) {
+  recheck_ = std::move(check);
+  recheck_cursor_ = recheck_ ? head_ : nullptr;
+}
+
+bool FleetCore::recheck_slice(std::size_t max) {
+  for (std::size_t n = 0; recheck_cursor_ != nullptr && n < max; ++n) {
+    RigSession& s = *recheck_cursor_;
+    // Moved on first: a close only marks the session (it leaves the list in on_closed).
+    recheck_cursor_ = s.next;
+    if (s.phase == SessionPhase::closing || !s.authenticated) continue;
+    if (std::optional<std::string> why = recheck_(s)) distrust(s, *why);
+  }
+  if (recheck_cursor_ == nullptr) recheck_ = nullptr;
+  return recheck_cursor_ != nullptr;
 }
 
 bool FleetCore::force_reconnect(std::string_view rig_id) {

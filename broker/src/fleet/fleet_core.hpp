@@ -147,6 +147,20 @@ class FleetCore final : public Fleet {
   void on_drained(std::function<void()> done) { on_drained_ = std::move(done); }
   std::size_t connection_count() const noexcept { return connection_count_; }
 
+  // ---- trust (the rig listener's CA bundle or CRLs were reloaded) ----
+  // Whether a connection's certificate is still trusted: nullopt yes, else why not.
+  using TrustCheck = std::function<std::optional<std::string>(const RigSession&)>;
+  // Closes `s` 4401: its certificate is no longer trusted (`why`: the verifier's verdict).
+  void distrust(RigSession& s, std::string_view why);
+  // Every connection with a certificate open now is asked `check`, a slice at a
+  // time (recheck_slice), and distrusted when refused. Connections opened later
+  // were verified under the new trust and are not visited; a new call starts
+  // over with its own check.
+  void start_recheck(TrustCheck check);
+  // Checks up to `max` connections; true while some remain.
+  bool recheck_slice(std::size_t max);
+  bool rechecking() const noexcept { return recheck_cursor_ != nullptr; }
+
   // ---- Fleet (the control plane) ----
   EnqueueOutcome enqueue(CommandRequest request) override;
   std::uint64_t persist() override;
@@ -327,6 +341,8 @@ class FleetCore final : public Fleet {
   RigSession* head_ = nullptr;          // every session
   std::size_t connection_count_ = 0;
   RigSession* sweep_cursor_ = nullptr;  // the next one the sweep visits; null: a new pass
+  RigSession* recheck_cursor_ = nullptr;  // the next one a reload's re-check visits; null: none running
+  TrustCheck recheck_;
   std::uint32_t sweep_slice_ms_ = 10;
   std::uint32_t sweep_slices_ = 1;      // ticks per pass
   bool refresh_pass_ = false;           // this pass also refreshes the registry entries

@@ -47,6 +47,9 @@ class FleetObserver {
   virtual void frame_written(const RigSession& /*s*/, OutboundKind /*kind*/) {}
   virtual void written_directly() {}
   virtual void write_failed(const RigSession& /*s*/) {}
+  // A connection is closed 4401 because its certificate is not trusted any more
+  // (a reload of the CA bundle or CRLs): `why` is the verifier's word ("certificate revoked").
+  virtual void certificate_distrusted(const RigSession& /*s*/, std::string_view /*why*/) {}
 
   // --- frames from rigs ---
   virtual void frame_received(const RigSession& /*s*/) {}

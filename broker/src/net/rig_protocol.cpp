@@ -34,6 +34,12 @@ RigSession* session_of(void* user) {
 
 lws* wsi_of(const RigSession& s) { return static_cast<lws*>(s.handle); }
 
+// The SSL's ex_data slot for the trust generation its client certificate was verified under.
+int trust_generation_index() {
+  static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  return index;
+}
+
 std::string peer_of(lws* wsi) {
   const int fd = lws_get_socket_fd(wsi);
   sockaddr_storage ss{};
@@ -104,13 +110,23 @@ int RigProtocol::callback(lws* wsi, lws_callback_reasons reason, void* user, voi
 int RigProtocol::on_callback(lws* wsi, lws_callback_reasons reason, void* user, void* in, std::size_t len) {
   switch (reason) {
     case LWS_CALLBACK_OPENSSL_PERFORM_CLIENT_CERT_VERIFICATION:
+      // in = the SSL: it was verified under the trust in use now (see open_session).
+      if (in) SSL_set_ex_data(static_cast<SSL*>(in), trust_generation_index(), reinterpret_cast<void*>(trust_generation_));
       return verify_client_certificate(static_cast<X509_STORE_CTX*>(user), static_cast<int>(len));
     case LWS_CALLBACK_OPENSSL_LOAD_EXTRA_SERVER_VERIFY_CERTS:
-      // user = the vhost's SSL_CTX: no session cache; tickets only with a key file (tls_tickets.hpp).
+      // user = the vhost's SSL_CTX: no session cache; tickets only with a key file (tls_tickets.hpp);
+      // the CAs, CRLs, certificate and key the broker loaded (rig_trust.hpp), kept for reloads.
       if (auto* ssl_ctx = static_cast<SSL_CTX*>(user)) {
         if (auto r = configure_rig_ssl_ctx(ssl_ctx, tls_); !r) {
           FL_ERROR("rig TLS setup: %s", r.error().detail.c_str());
           return 1;
+        }
+        if (trust_) {
+          if (auto r = install_rig_trust(ssl_ctx, *trust_); !r) {
+            FL_ERROR("rig TLS setup: %s", r.error().detail.c_str());
+            return 1;
+          }
+          ssl_ctx_ = ssl_ctx;
         }
       }
       return 0;
@@ -197,7 +213,8 @@ void RigProtocol::open_session(lws* wsi, void* user) {
   const Clock& clock = core_->clock();
   auto* s = new (slot->storage) RigSession(wsi, tls, core_->settings().rig_burst, clock.mono_ms(), clock.wall_ms());
   slot->magic = RigSlot::kMagic;
-  if (SSL* ssl = tls ? lws_get_ssl(wsi) : nullptr) {
+  SSL* ssl = tls ? lws_get_ssl(wsi) : nullptr;
+  if (ssl) {
     // Whether session tickets work (--tls-ticket-key-file): after a restart nearly every rig should resume.
     observer_.tls_established(SSL_session_reused(ssl) != 0);
   }
@@ -205,6 +222,44 @@ void RigProtocol::open_session(lws* wsi, void* user) {
   FL_DEBUG("connection open peer=%s%s%s", peer_of(wsi).c_str(), tls ? "" : " (plain ws)",
            !s->grant ? "" : s->grant->problem.empty() ? " (token)" : " (refused token)");
   core_->on_open(*s);
+  // A handshake that straddled a reload (verified, or its ticket issued, under the
+  // trust before it) is not among the connections the reload re-checks: check it here.
+  if (ssl && trust_ && verified_under_older_trust(ssl)) {
+    if (std::optional<std::string> why = peer_refusal(ssl, *trust_)) core_->distrust(*s, *why);
+  }
+}
+
+bool RigProtocol::verified_under_older_trust(SSL* ssl) const {
+  if (SSL_session_reused(ssl)) {
+    // No verification on a resumption: the ticket's session carries the session id
+    // context (the digest of the CA bundle and CRLs) it was issued under.
+    const SSL_SESSION* session = SSL_get0_session(ssl);
+    unsigned int len = 0;
+    const unsigned char* ctx = session ? SSL_SESSION_get0_id_context(session, &len) : nullptr;
+    const RigTrust::Digest& now = trust_->session_context();
+    return ctx == nullptr || len != now.size() || std::memcmp(ctx, now.data(), len) != 0;
+  }
+  const auto generation = reinterpret_cast<std::uintptr_t>(SSL_get_ex_data(ssl, trust_generation_index()));
+  return generation != trust_generation_;
+}
+
+Expected<void> RigProtocol::replace_trust(std::shared_ptr<const RigTrust> trust) {
+  if (!trust) return make_error(Errc::invalid_argument, "no trust to install");
+  if (ssl_ctx_ == nullptr) return make_error(Errc::io, "the rig listener's TLS context is not there");
+  if (auto r = install_rig_trust(ssl_ctx_, *trust); !r) {
+    if (trust_) (void)install_rig_trust(ssl_ctx_, *trust_);
+    return r;
+  }
+  trust_ = std::move(trust);
+  ++trust_generation_;
+  return {};
+}
+
+std::optional<std::string> RigProtocol::certificate_refusal(const RigSession& s) const {
+  if (!trust_ || !s.authenticated) return std::nullopt;
+  SSL* ssl = lws_get_ssl(wsi_of(s));
+  if (!ssl) return std::nullopt;
+  return peer_refusal(ssl, *trust_);
 }
 
 WriteStatus RigProtocol::write_next(RigSession& s) {

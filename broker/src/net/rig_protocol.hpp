@@ -5,7 +5,9 @@
 // lives inside lws's per-connection allocation.
 #include <libwebsockets.h>
 
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -16,6 +18,7 @@
 #include "net/jwt_verifier.hpp"
 #include "net/artifact_endpoint.hpp"
 #include "net/lws_io.hpp"
+#include "net/rig_trust.hpp"
 #include "net/tls_tickets.hpp"
 
 namespace fleetlink::broker::net {
@@ -28,6 +31,15 @@ class RigProtocol final : public RigTransport {
 
   // Before the rig vhosts are created: the SSL_CTX set-up and the ticket callback read them.
   void set_tls(RigTlsSettings tls) { tls_ = std::move(tls); }
+  // Before the rig vhosts are created: installed in the TLS vhost's SSL_CTX when lws makes it.
+  void set_trust(std::shared_ptr<const RigTrust> trust) { trust_ = std::move(trust); }
+  // A reload: new handshakes use `trust` from now on. On an error the previous
+  // trust is installed again (and stays in use).
+  Expected<void> replace_trust(std::shared_ptr<const RigTrust> trust);
+  const std::shared_ptr<const RigTrust>& trust() const noexcept { return trust_; }
+  // Whether s's client certificate still verifies under the trust in use:
+  // nullopt yes (or no certificate to check: plain ws), else the verifier's reason.
+  std::optional<std::string> certificate_refusal(const RigSession& s) const;
   // Both must outlive every rig connection (the lws context).
   void attach(FleetCore& core, AcceptGate& gate) {
     core_ = &core;
@@ -63,11 +75,16 @@ class RigProtocol final : public RigTransport {
  private:
   int on_callback(lws* wsi, lws_callback_reasons reason, void* user, void* in, std::size_t len);
   void open_session(lws* wsi, void* user);
+  // A handshake verified (or a ticket issued) under trust that a reload has replaced since.
+  bool verified_under_older_trust(SSL* ssl) const;
   // Writes the most urgent frame the core has for s (the single writer).
   WriteStatus write_next(RigSession& s);
 
   FleetObserver& observer_;
   RigTlsSettings tls_;  // read by the rig SSL_CTX's ticket callback: lives as long as the context
+  std::shared_ptr<const RigTrust> trust_;  // the CAs, CRLs, certificate and key in use
+  SSL_CTX* ssl_ctx_ = nullptr;             // the TLS vhost's (lws owns it)
+  std::uintptr_t trust_generation_ = 1;    // one more at every reload; recorded on each SSL at verification
   FleetCore* core_ = nullptr;
   AcceptGate* gate_ = nullptr;
   const JwtVerifier* tokens_ = nullptr;

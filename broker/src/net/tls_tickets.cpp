@@ -6,8 +6,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include <openssl/asn1.h>
 #include <openssl/evp.h>
@@ -57,26 +55,6 @@ SSL_TICKET_RETURN on_ticket_decrypted(SSL* /*ssl*/, SSL_SESSION* session, const 
 }
 
 int on_ticket_generate(SSL* /*ssl*/, void* /*arg*/) { return 1; }
-
-// The session id context ties a ticket to the CA its certificate was verified
-// against: tickets issued under another --ca are not resumed. (libwebsockets sets
-// it to the context's address, which changes at every start and would make every
-// ticket useless after a restart.)
-Expected<void> set_session_id_context(SSL_CTX* ctx, const std::string& ca_path) {
-  std::ifstream in(ca_path, std::ios::binary);
-  if (!in) return make_error(Errc::io, "cannot read --ca " + ca_path);
-  std::stringstream ss;
-  ss << "fleetlink rig session v1\n" << in.rdbuf();
-  const std::string material = ss.str();
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (EVP_Digest(material.data(), material.size(), digest, &len, EVP_sha256(), nullptr) != 1 ||
-      len < SSL_MAX_SID_CTX_LENGTH)
-    return make_error(Errc::io, "SHA-256 of the CA failed");
-  if (SSL_CTX_set_session_id_context(ctx, digest, SSL_MAX_SID_CTX_LENGTH) != 1)
-    return make_error(Errc::io, "SSL_CTX_set_session_id_context failed");
-  return {};
-}
 
 }  // namespace
 
@@ -162,7 +140,8 @@ Expected<void> configure_rig_ssl_ctx(SSL_CTX* ctx, const RigTlsSettings& setting
     SSL_CTX_set_num_tickets(ctx, 0);
     return {};
   }
-  if (auto r = set_session_id_context(ctx, settings.ca_path); !r) return r;
+  // The session id context, which binds a ticket to the CA bundle and CRLs it was
+  // issued under, is the trust's (install_rig_trust, net/rig_trust.hpp).
   TicketKey key = *settings.ticket_key;
   if (SSL_CTX_set_tlsext_ticket_keys(ctx, key.data(), static_cast<long>(key.size())) != 1)
     return make_error(Errc::io, "SSL_CTX_set_tlsext_ticket_keys failed");

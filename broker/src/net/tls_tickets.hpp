@@ -46,7 +46,6 @@ bool ticket_needs_renewal(std::time_t issued, std::time_t now, std::uint32_t lif
 struct RigTlsSettings {
   std::optional<TicketKey> ticket_key;      // none: no tickets, every connection is a full handshake
   std::uint32_t ticket_lifetime_s = 86400;
-  std::string ca_path;                      // binds tickets to the CA that verified their certificate
 };
 
 // Called before the broker writes a ping on an established rig connection: once the

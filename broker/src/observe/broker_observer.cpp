@@ -64,6 +64,34 @@ void BrokerObserver::write_failed(const RigSession& s) {
   FL_WARN_LIMITED(key("write failed", s), "rig=%s write failed: closing", rig_of(s));
 }
 
+void BrokerObserver::certificate_distrusted(const RigSession& /*s*/, std::string_view /*why*/) {
+  ++metrics_.rigs_distrusted;  // the close itself is logged by closing()
+}
+
+void BrokerObserver::loaded(std::uint64_t wall_ms) {
+  metrics_.reload_last_success_s = wall_ms / 1000;
+  metrics_.reload_last_ok = true;
+}
+
+void BrokerObserver::reload_succeeded(std::string_view trigger, const std::vector<std::string>& changes,
+                                      const std::vector<std::string>& warnings, std::uint64_t wall_ms) {
+  ++metrics_.reloads_ok;
+  loaded(wall_ms);
+  if (changes.empty()) {
+    FL_INFO("reload (%s): nothing changed", text(trigger).c_str());
+  } else {
+    for (const std::string& c : changes) FL_INFO("reload (%s): %s", text(trigger).c_str(), c.c_str());
+  }
+  for (const std::string& w : warnings) FL_WARN("reload (%s): %s", text(trigger).c_str(), w.c_str());
+}
+
+void BrokerObserver::reload_failed(std::string_view trigger, std::string_view detail) {
+  ++metrics_.reloads_failed;
+  metrics_.reload_last_ok = false;
+  FL_ERROR("reload (%s) failed, nothing changed (the certificates, CAs, CRLs and operators in use stay): %s",
+           text(trigger).c_str(), text(detail).c_str());
+}
+
 void BrokerObserver::frame_received(const RigSession& /*s*/) { ++metrics_.frames_in; }
 
 void BrokerObserver::frame_refused(const RigSession& s, const FrameFault& fault, std::string_view detail) {

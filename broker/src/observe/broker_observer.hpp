@@ -2,6 +2,9 @@
 // What an operator sees of the data plane: every FleetObserver report becomes
 // a Prometheus counter (BrokerMetrics) and, where it matters, one log line.
 // The protocol code only says what happened (fleet/observer.hpp).
+#include <string>
+#include <vector>
+
 #include "fleet/observer.hpp"
 #include "observe/metrics.hpp"
 
@@ -29,6 +32,7 @@ class BrokerObserver final : public FleetObserver {
   void frame_written(const RigSession& s, OutboundKind kind) override;
   void written_directly() override;
   void write_failed(const RigSession& s) override;
+  void certificate_distrusted(const RigSession& s, std::string_view why) override;
   void frame_received(const RigSession& s) override;
   void frame_refused(const RigSession& s, const FrameFault& fault, std::string_view detail) override;
   void hello_unusable(std::string_view peer, std::string_view subject, const FrameFault& fault,
@@ -60,6 +64,14 @@ class BrokerObserver final : public FleetObserver {
   void store_failed(const Error& e) override;
   void drain_started(std::size_t rigs, std::uint32_t window_ms, std::uint32_t deadline_ms) override;
   void drain_finished(std::size_t connections_left) override;
+
+  // The application's reloads (not the fleet's): the TLS material and operators
+  // in use were loaded at `wall_ms` (start-up), or a reload (`trigger`: "SIGHUP",
+  // "POST /v1/admin/reload by alice") succeeded with these changes, or failed.
+  void loaded(std::uint64_t wall_ms);
+  void reload_succeeded(std::string_view trigger, const std::vector<std::string>& changes,
+                        const std::vector<std::string>& warnings, std::uint64_t wall_ms);
+  void reload_failed(std::string_view trigger, std::string_view detail);
 
  private:
   BrokerMetrics& metrics_;

@@ -259,6 +259,20 @@ std::string BrokerMetrics::render_prometheus(
            "Rig TLS handshakes with certificate exchange and verification.", tls_full);
   w.simple("tls_handshakes_resumed_total", "counter",
            "Rig TLS sessions resumed from a session ticket (--tls-ticket-key-file).", tls_resumed);
+  w.header("reloads_total", "counter",
+           "Reloads of the CA bundle, CRLs, broker certificate and operators (SIGHUP, POST /v1/admin/reload), by "
+           "result; a failed one changed nothing.");
+  w.sample("reloads_total", "result=\"ok\"", format_int(reloads_ok));
+  w.sample("reloads_total", "result=\"failed\"", format_int(reloads_failed));
+  w.simple("reload_last_success_timestamp_seconds", "gauge",
+           "Unix time the TLS material and operators in use were loaded (start-up or the last good reload).",
+           reload_last_success_s);
+  w.simple("reload_last_successful", "gauge", "0 after a failed reload (the previous material stays), else 1.",
+           reload_last_ok ? 1 : 0);
+  w.simple("rigs_distrusted_total", "counter",
+           "Rig connections closed 4401 because a reload made their certificate untrusted (revoked, or no longer "
+           "chaining to the CA bundle).",
+           rigs_distrusted);
   w.simple("frames_written_directly_total", "counter",
            "Frames (commands, pings) written to a rig at once, without waiting for a writeable callback.",
            direct_writes);

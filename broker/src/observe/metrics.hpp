@@ -57,6 +57,12 @@ struct BrokerMetrics {
   std::uint64_t tls_full = 0;                        // rig TLS handshakes with certificates
   std::uint64_t tls_resumed = 0;                     // rig TLS sessions resumed from a ticket
   std::uint64_t frames_rejected = 0;                 // malformed, oversized, rate-limited
+  // Reloads of the TLS material and the operators (SIGHUP, POST /v1/admin/reload).
+  std::uint64_t reloads_ok = 0;
+  std::uint64_t reloads_failed = 0;
+  std::uint64_t reload_last_success_s = 0;           // unix time of the start-up load or the last good reload
+  bool reload_last_ok = true;                        // false after a failed reload, until a good one
+  std::uint64_t rigs_distrusted = 0;                 // closed 4401: certificate revoked or no longer chaining
   std::uint64_t unknown_types_ignored = 0;           // lenient mode
   std::uint64_t pings_sent = 0;
   std::uint64_t pongs_missed = 0;

@@ -137,3 +137,26 @@ TEST_CASE("operators: the file on disk, and the old control token as operator 't
   std::remove(path.c_str());
   rmdir(dir);
 }
+
+TEST_CASE("operators: what a reload changes, in one line; nothing when the table is the same") {
+  auto table = [](std::string_view text) {
+    OperatorsParse p = parse_operators(text, "ops.txt");
+    REQUIRE(p.errors.empty());
+    return std::move(p.table);
+  };
+  const std::string a = token_hash_text("a"), b = token_hash_text("b"), c = token_hash_text("c"),
+                    d = token_hash_text("d");
+  const OperatorTable before = table("alice operator " + a + "\nbob viewer " + b + "\ncarol viewer " + c + "\n");
+  CHECK(operators_change(before, table("carol viewer " + c + "\nalice operator " + a + "\nbob viewer " + b)) == "");
+  CHECK(operators_change(before, table("alice viewer " + a + "\ncarol viewer " + d + "\ndave operator " + b)) ==
+        "3 operator(s) (was 3); added dave; removed bob; new role for alice: viewer; new token for carol");
+
+  // replace_with keeps the object (the control API holds a pointer to it) and takes the entries.
+  OperatorTable live = table("alice operator " + a);
+  const OperatorTable* where = &live;
+  live.replace_with(table("bob operator " + b));
+  CHECK(where == &live);
+  CHECK_FALSE(live.find("a"));
+  REQUIRE(live.find("b"));
+  CHECK(live.find("b")->name == "bob");
+}

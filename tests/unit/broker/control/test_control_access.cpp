@@ -11,7 +11,9 @@
 
 #include "control/access.hpp"
 #include "control/audit.hpp"
+#include "control/reload.hpp"
 #include "control/router.hpp"
+#include "control/routes.hpp"
 #include "test_control_fake_fleet.hpp"
 
 using namespace fleetlink::broker;
@@ -92,6 +94,42 @@ TEST_CASE("access: a viewer reads, and gets 403 forbidden on anything else") {
   CHECK(f.call("HEAD", "/rigs/r1", "view-t").status == 200);
   // A method the path does not take is still 405, not 403.
   CHECK(f.call("DELETE", "/rigs/r1", "view-t").status == 405);
+}
+
+TEST_CASE("access: POST /v1/admin/reload is an operator's; a viewer gets 403 and nothing is reloaded") {
+  struct CountingReloader final : Reloader {
+    std::vector<std::string> triggers;
+    ReloadOutcome reload(std::string_view trigger) override {
+      triggers.emplace_back(trigger);
+      ReloadOutcome out;
+      out.ok = true;
+      return out;
+    }
+  } reloader;
+  FakeFleet fleet;
+  BrokerMetrics metrics;
+  FakeOperators operators;
+  ControlApiOptions options;
+  options.operators = &operators;
+  options.reloader = &reloader;
+  auto call = [&](const std::string& token) {
+    HttpRequest req;
+    req.method = "POST";
+    req.path = "/v1/admin/reload";
+    req.authorization = "Bearer " + token;
+    return handle_control_request(req, fleet, metrics, options, 0);
+  };
+  HttpResponse r = call("view-t");
+  CHECK(r.status == 403);
+  CHECK(body_of(r)["error"] == "forbidden");
+  REQUIRE(r.audit);
+  CHECK(r.audit->caller.name == "grafana");
+  CHECK(reloader.triggers.empty());
+  CHECK(call("nobody").status == 401);
+  CHECK(reloader.triggers.empty());
+  r = call("alice-t");
+  CHECK(r.status == 200);
+  CHECK(reloader.triggers == std::vector<std::string>{"POST /v1/admin/reload by alice"});
 }
 
 TEST_CASE("access: an operator does everything, and the handler knows who") {

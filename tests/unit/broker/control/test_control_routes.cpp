@@ -4,6 +4,7 @@
 
 #include "control/control_json.hpp"
 #include "control/jobs.hpp"
+#include "control/reload.hpp"
 #include "control/routes.hpp"
 #include "test_control_fake_fleet.hpp"
 #include "test_control_fake_store.hpp"
@@ -339,6 +340,53 @@ TEST_CASE("control: drain takes an optional window") {
   CHECK(h.call("POST", "/v1/admin/drain", R"({"window_ms":-5})").status == 400);
   CHECK(h.call("POST", "/v1/admin/drain", R"({"window_ms":"soon"})").status == 400);
   CHECK_FALSE(h.fleet.draining());
+}
+
+namespace {
+
+// The application's side of POST /v1/admin/reload, as the route sees it.
+struct FakeReloader final : fleetlink::broker::Reloader {
+  fleetlink::broker::ReloadOutcome answer;
+  std::vector<std::string> triggers;
+  fleetlink::broker::ReloadOutcome reload(std::string_view trigger) override {
+    triggers.emplace_back(trigger);
+    return answer;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("control: POST /v1/admin/reload answers what changed, or 500 reload_failed with why") {
+  Fixture f;
+  FakeReloader reloader;
+  f.options.reloader = &reloader;
+  reloader.answer.ok = true;
+  reloader.answer.changes = {"CRLs from /etc/fleetlink/crl: 1 listing 1 revoked serial(s)"};
+  reloader.answer.rigs_to_check = 12;
+  HttpResponse r = f.call("POST", "/v1/admin/reload");
+  CHECK(r.status == 200);
+  CHECK(body_of(r) == json{{"reloaded", true},
+                           {"changed", {"CRLs from /etc/fleetlink/crl: 1 listing 1 revoked serial(s)"}},
+                           {"warnings", json::array()},
+                           {"rigs_to_check", 12}});
+  REQUIRE(reloader.triggers.size() == 1);
+  CHECK(reloader.triggers[0] == "POST /v1/admin/reload by -");  // an open API: no operator name
+  REQUIRE(r.audit);  // a mutating call: audited like the others
+  CHECK(r.audit->request == "POST /v1/admin/reload");
+
+  reloader.answer = {};
+  reloader.answer.detail = "--key '/k' is not the private key of --cert '/c'";
+  r = f.call("POST", "/v1/admin/reload", "{}");
+  CHECK(r.status == 500);
+  CHECK(body_of(r) == json{{"error", "reload_failed"}, {"detail", "--key '/k' is not the private key of --cert '/c'"}});
+
+  CHECK(f.call("POST", "/v1/admin/reload", "[1]").status == 400);  // a body, if any, is a JSON object
+  CHECK(reloader.triggers.size() == 2);
+  CHECK(f.call("GET", "/v1/admin/reload").status == 405);
+
+  Fixture none;  // a broker without a reloader
+  r = none.call("POST", "/v1/admin/reload");
+  CHECK(r.status == 503);
 }
 
 TEST_CASE("control: health, readiness, metrics and the dashboard") {

@@ -5,9 +5,11 @@
 
 #include "common/build_info.hpp"
 #include "fleetlink/version.hpp"
+#include "observe/broker_observer.hpp"
 #include "observe/metrics.hpp"
 
 using fleetlink::broker::BrokerMetrics;
+using fleetlink::broker::BrokerObserver;
 using fleetlink::broker::Histogram;
 
 namespace {
@@ -111,4 +113,29 @@ TEST_CASE("metrics: fleetlink_build_info names the version and, when the build k
     labels += ",commit=\"" + std::string(fleetlink::build_info::commit()) + "\"";
   labels += ",protocol=\"1\"";
   CHECK(has_line(text, "fleetlink_build_info{" + labels + "} 1"));
+}
+
+TEST_CASE("metrics: reloads by result, the last good one's time, whether the last one failed, rigs distrusted") {
+  BrokerMetrics m;
+  BrokerObserver observer(m, BrokerObserver::Limits{});
+  observer.loaded(1'800'000'000'500ULL);  // start-up
+  std::string text = m.render_prometheus();
+  CHECK(has_line(text, "# TYPE fleetlink_broker_reloads_total counter"));
+  CHECK(has_line(text, "fleetlink_broker_reloads_total{result=\"ok\"} 0"));
+  CHECK(has_line(text, "fleetlink_broker_reloads_total{result=\"failed\"} 0"));
+  CHECK(has_line(text, "fleetlink_broker_reload_last_success_timestamp_seconds 1800000000"));
+  CHECK(has_line(text, "fleetlink_broker_reload_last_successful 1"));
+
+  observer.reload_failed("SIGHUP", "--key 'k' is not the private key of --cert 'c'");
+  text = m.render_prometheus();
+  CHECK(has_line(text, "fleetlink_broker_reloads_total{result=\"failed\"} 1"));
+  CHECK(has_line(text, "fleetlink_broker_reload_last_successful 0"));
+  CHECK(has_line(text, "fleetlink_broker_reload_last_success_timestamp_seconds 1800000000"));  // unchanged
+
+  observer.reload_succeeded("SIGHUP", {"CRLs: ..."}, {}, 1'800'000'060'000ULL);
+  text = m.render_prometheus();
+  CHECK(has_line(text, "fleetlink_broker_reloads_total{result=\"ok\"} 1"));
+  CHECK(has_line(text, "fleetlink_broker_reload_last_successful 1"));
+  CHECK(has_line(text, "fleetlink_broker_reload_last_success_timestamp_seconds 1800000060"));
+  CHECK(has_line(text, "fleetlink_broker_rigs_distrusted_total 0"));
 }
