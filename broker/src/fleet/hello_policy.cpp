@@ -1,5 +1,6 @@
 #include "fleet/hello_policy.hpp"
 
+#include "fleetlink/limits.hpp"
 #include "fleetlink/uuid.hpp"
 
 namespace fleetlink::broker {
@@ -13,21 +14,9 @@ bool identity_matches(std::string_view rig_id, const CertIdentity& id) noexcept 
 }
 
 std::optional<std::string> hello_problem(const msg::Hello& hello) {
-  const auto& r = hello.rig_id;
-  if (r.empty() || r.size() > 64) return "rig_id must be 1..64 characters";
-  for (char c : r) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-';
-    if (!ok) return "rig_id has characters outside [A-Za-z0-9._-]";
-  }
-  if (!is_uuid_v7(hello.boot_id)) return "boot_id is not a UUIDv7";
-  if (hello.agent_version.size() > 64) return "agent_version longer than 64";
-  if (hello.kinds.size() > 64) return "more than 64 kinds";
-  for (const auto& k : hello.kinds)
-    if (k.empty() || k.size() > 64) return "a kind is empty or longer than 64";
-  if (hello.labels.size() > 64) return "more than 64 labels";
-  for (const auto& [k, v] : hello.labels)
-    if (k.empty() || k.size() > 64 || v.size() > 256) return "a label key/value is too long";
+  // The SDK's rules, the same the codec applied when the frame was decoded and the
+  // agent's --check-config applies to the HELLO it would send (fleetlink/limits.hpp).
+  if (auto problem = hello_field_problem(hello)) return std::move(problem->text);
   return std::nullopt;
 }
 

@@ -42,7 +42,8 @@ struct HelloDecision {
   std::string reason;  // for the close frame and the log (<= 123 bytes)
 };
 
-// Field validation of a decoded HELLO (rig id shape, boot_id a UUIDv7, bounded sizes).
+// Field validation of a HELLO (rig id shape, boot_id a UUIDv7, bounded sizes): the
+// SDK's hello_field_problem (fleetlink/limits.hpp), its sentence.
 std::optional<std::string> hello_problem(const msg::Hello& hello);
 
 // `identity` is empty when the listener does not authenticate (plain ws, bench/dev).
