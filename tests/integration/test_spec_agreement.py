@@ -3,6 +3,7 @@ raw client written from the spec (issue 15, point 4): a HELLO whose content brea
 field limit is 4400 (1009 is only for a frame over max_frame_bytes), label values are
 bounded at 256 bytes, kinds at 32, and boot_id must be a UUIDv7."""
 import asyncio
+import time
 import unittest
 
 import broker_rawclient as rc
@@ -96,6 +97,70 @@ class HelloLimitsOnTheWireTest(LabTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class DrainDeadlineOnTheWireTest(LabTestCase):
+    """c: at the drain deadline a rig that ignored its GOAWAY gets a close frame 1001
+    (PROTOCOL 5.6), not a vanished socket (1006). d: a drain through the API ends by
+    its own window_ms + 5 s, not by the configured window's deadline."""
+
+    async def stubborn_rig(self, broker, rig_id):
+        ws = await rc.connect(broker.url, rc.tls_context(self.lab.certs, rig_id))
+        await ws.send(rc.hello(rig_id))
+        self.assertEqual((await rc.recv_msg(ws, timeout=10))["t"], "welcome")
+        return ws
+
+    async def read_until_closed(self, ws, timeout):
+        """Ignores GOAWAY (reads and drops every frame); the close code and when it came."""
+        goaways = 0
+        try:
+            while True:
+                m = rc.decode(await asyncio.wait_for(ws.recv(), timeout))
+                goaways += m.get("t") == "goaway"
+        except Exception:
+            pass
+        return rc.close_code(ws), time.monotonic(), goaways
+
+    def test_c_the_deadline_closes_1001_with_a_close_frame(self):
+        broker = self.lab.broker(drain_window_ms=300, drain_deadline_ms=1500)
+
+        async def go():
+            socks = [await self.stubborn_rig(broker, f"rig-{c}") for c in "ab"]
+            t0 = time.monotonic()
+            status, body = await asyncio.to_thread(broker.api, "POST", "/v1/admin/drain", {})
+            self.assertEqual(status, 202, body)
+            results = await asyncio.gather(*(self.read_until_closed(ws, 15) for ws in socks))
+            for code, at, goaways in results:
+                self.assertEqual(goaways, 1)
+                self.assertEqual(code, 1001)  # close_rcvd: the broker's own close frame
+                self.assertGreaterEqual(at - t0, 1.4)  # at the deadline, not before
+            for ws in socks:
+                self.assertIsNotNone(ws.close_rcvd)
+                self.assertIn("deadline", ws.close_rcvd.reason)
+            self.assertEqual(await asyncio.to_thread(broker.proc.wait, 10), 0)
+        asyncio.run(go())
+        self.assertIn("drain deadline reached with 2 connections left", broker.log())
+
+    def test_d_an_api_drain_follows_its_own_window_ms(self):
+        # The configured window is long (deadline 0: window + 5 s = 65 s); the API's is 500 ms.
+        broker = self.lab.broker(drain_window_ms=60000)
+
+        async def go():
+            ws = await self.stubborn_rig(broker, "rig-a")
+            t0 = time.monotonic()
+            status, body = await asyncio.to_thread(broker.api, "POST", "/v1/admin/drain", {"window_ms": 500})
+            self.assertEqual(status, 202, body)
+            self.assertEqual(body["window_ms"], 500)
+            goaway = rc.decode(await asyncio.wait_for(ws.recv(), 10))
+            self.assertEqual(goaway["t"], "goaway")
+            self.assertLessEqual(goaway["reconnect_after_ms"], 500)
+            code, at, _ = await self.read_until_closed(ws, 30)
+            self.assertEqual(code, 1001)
+            self.assertGreaterEqual(at - t0, 5.4)   # window 500 ms + 5 s
+            self.assertLess(at - t0, 20)            # not the configured window's 65 s
+            self.assertEqual(await asyncio.to_thread(broker.proc.wait, 10), 0)
+        asyncio.run(go())
+        self.assertRegex(broker.log(), r"drain started: 1 rigs, window 500 ms, deadline 5500 ms")
 
 
 class AgentCheckConfigHelloTest(LabTestCase):

@@ -357,7 +357,7 @@ void FleetCore::start_drain(std::chrono::milliseconds window) {
   drain_.active = true;
   drain_.started_ms = clock_.mono_ms();
   drain_.window_ms = window_ms;
-  drain_.deadline_ms = std::max(settings_.drain_deadline_ms, window_ms + 1000);
+  drain_.deadline_ms = drain_deadline(settings_.drain_deadline_ms, window_ms);
   transport_.stop_accepting();
   std::vector<RigSession*> live;
   for (RigSession* s = head_; s; s = s->next) {
@@ -377,9 +377,22 @@ void FleetCore::start_drain(std::chrono::milliseconds window) {
 
 void FleetCore::check_drain_done() {
   if (!drain_.active || drained_) return;
-  if (connection_count_ != 0 && !drain_.past_deadline(clock_.mono_ms())) return;
+  const std::uint64_t now = clock_.mono_ms();
+  if (connection_count_ != 0) {
+    if (!drain_.past_deadline(now)) return;
+    if (!drain_.closed_at_deadline) {
+      // Rigs still here at the deadline get a real close frame (1001), not a
+      // vanished socket (1006); the exit waits a moment for those to go out.
+      drain_.closed_at_deadline = true;
+      drain_.left_at_deadline = connection_count_;
+      drain_.flush_until_ms = now + kDrainCloseFlushMs;
+      for (RigSession* s = head_; s; s = s->next) close_session(*s, CloseCode::going_away, "broker draining: deadline reached");
+      return;  // each close comes back through on_closed, which looks again
+    }
+    if (now < drain_.flush_until_ms) return;
+  }
   drained_ = true;
-  observer_.drain_finished(connection_count_);
+  observer_.drain_finished(drain_.left_at_deadline);
   if (on_drained_) on_drained_();
 }
 

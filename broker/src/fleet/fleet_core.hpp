@@ -52,7 +52,9 @@ struct FleetSettings {
   std::uint32_t max_frame_bytes = 131072;
   double rig_rate = 200;                    // inbound frames per second per connection
   double rig_burst = 400;
-  std::uint32_t drain_deadline_ms = 15000;  // after a drain starts: stop even if rigs remain
+  // After a drain starts: close what remains 1001 and stop (drain_deadline(): 0 is
+  // each drain's own window + 5 s; a value is used, but never before window + 1 s).
+  std::uint32_t drain_deadline_ms = 0;
   std::uint32_t command_history = 10000;
   Strictness strictness = Strictness::lenient;
   std::uint32_t registry_refresh_ms = 10000;  // registry entries (TTL 60 s) are refreshed this often

@@ -452,18 +452,63 @@ TEST_CASE("drain: GOAWAY after the commands, delays within the window; hello-les
   CHECK(f.drained == 1);
 }
 
-TEST_CASE("drain: ends at the deadline even with rigs left") {
+TEST_CASE("drain: at the deadline the rigs left are closed 1001, then it ends") {
   FleetSettings settings;
   settings.drain_deadline_ms = 2000;
   CoreFixture f(settings);
-  f.live_rig("rig-a");
+  RigSession& a = f.live_rig("rig-a");
+  RigSession& b = f.live_rig("rig-b");
   f.core->start_drain(std::chrono::milliseconds(500));
   f.clock.advance(1999);
   f.core->sweep();
   CHECK(f.drained == 0);
+  CHECK_FALSE(f.transport.close_of(a));
   f.clock.advance(1);
   f.core->sweep();
-  CHECK(f.drained == 1);
+  // A close frame for each, not a socket that vanishes with the process (1006).
+  REQUIRE(f.transport.close_of(a));
+  CHECK(f.transport.close_of(a)->code == CloseCode::going_away);
+  REQUIRE(f.transport.close_of(b));
+  CHECK(f.transport.close_of(b)->code == CloseCode::going_away);
+  CHECK(f.drained == 0);  // the closes get a moment to leave
+
+  SUBCASE("both closes done: it ends at once") {
+    f.closed(a);
+    CHECK(f.drained == 0);
+    f.closed(b);
+    CHECK(f.drained == 1);
+  }
+  SUBCASE("a rig that never lets its close finish: it ends after the flush time anyway") {
+    f.closed(a);
+    f.clock.advance(kDrainCloseFlushMs - 1);
+    f.core->sweep();
+    CHECK(f.drained == 0);
+    f.clock.advance(1);
+    f.core->sweep();
+    CHECK(f.drained == 1);
+  }
+}
+
+TEST_CASE("drain: the deadline follows the drain's own window") {
+  // 0 (the default): each drain's window + 5 s, also a window asked for through the API.
+  CHECK(drain_deadline(0, 1000) == 6000);
+  CHECK(drain_deadline(0, 60000) == 65000);
+  // Configured: used as given, but never before the window + 1 s.
+  CHECK(drain_deadline(15000, 1000) == 15000);
+  CHECK(drain_deadline(15000, 30000) == 31000);
+  CHECK(drain_deadline(0, UINT32_MAX) == UINT32_MAX);
+
+  FleetSettings settings;  // drain_deadline_ms 0
+  CoreFixture f(settings);
+  RigSession& a = f.live_rig("rig-a");
+  f.core->start_drain(std::chrono::milliseconds(1000));
+  f.clock.advance(5999);
+  f.core->sweep();
+  CHECK_FALSE(f.transport.close_of(a));
+  f.clock.advance(1);
+  f.core->sweep();
+  REQUIRE(f.transport.close_of(a));
+  CHECK(f.transport.close_of(a)->code == CloseCode::going_away);
 }
 
 TEST_CASE("frame errors: each kind of bad frame has its close code") {
