@@ -163,6 +163,55 @@ class DrainDeadlineOnTheWireTest(LabTestCase):
         self.assertRegex(broker.log(), r"drain started: 1 rigs, window 500 ms, deadline 5500 ms")
 
 
+class CancelOnTheWireTest(LabTestCase):
+    """e: a second cancel of a command whose CANCEL is on its way is 409 cancel_pending
+    (OPERATIONS 9.5), never a second 202 nor a second CANCEL frame; fleetctl says so."""
+
+    def fleetctl(self, broker, *args):
+        import os
+        import subprocess
+        from harness import binary
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+        return subprocess.run([binary("fleetctl"), "--control", broker.control_url, *args],
+                              capture_output=True, text=True, timeout=30, env=env)
+
+    def test_e_second_cancel_is_409_cancel_pending(self):
+        broker = self.lab.broker()
+
+        async def go():
+            ws, _ = await rc.rig_session(broker.url, rc.tls_context(self.lab.certs, "rig-a"), "rig-a")
+            frames = []
+            for acked in (True, False):  # acknowledged (running), and only sent
+                status, body = await asyncio.to_thread(broker.send, "rig-a", "dmesg")
+                self.assertEqual(status, 202, body)
+                cmd = await rc.recv_msg(ws, timeout=10)
+                self.assertEqual(cmd["t"], "command")
+                if acked:
+                    await ws.send(rc.frame("ack", seq=cmd["seq"], cmd_id=cmd["cmd_id"], duplicate=False))
+                    await asyncio.to_thread(broker.wait_command, cmd["cmd_id"], ("acked", "running"))
+                path = f"/v1/commands/{cmd['cmd_id']}/cancel"
+                status, first = await asyncio.to_thread(broker.api, "POST", path)
+                self.assertEqual(status, 202, first)
+                self.assertTrue(first["cancel_sent"])
+                cancel = await rc.recv_msg(ws, timeout=10)
+                self.assertEqual((cancel["t"], cancel["cmd_id"]), ("cancel", cmd["cmd_id"]))
+                status, again = await asyncio.to_thread(broker.api, "POST", path)
+                self.assertEqual(status, 409, again)
+                self.assertEqual(again["error"], "cancel_pending")
+                self.assertEqual(again["state"], "acked" if acked else "sent")
+                self.assertTrue(again["cancel_requested_at"])
+                r = await asyncio.to_thread(self.fleetctl, broker, "cancel", cmd["cmd_id"])
+                self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+                self.assertIn(f"a cancel of {cmd['cmd_id']} is already on its way", r.stderr)
+                frames.append(cmd["cmd_id"])
+            # No second CANCEL reached the rig for either.
+            with self.assertRaises(asyncio.TimeoutError):
+                extra = await rc.recv_msg(ws, timeout=1.0)
+                self.fail(f"unexpected frame {extra}")
+            await ws.close()
+        asyncio.run(go())
+
+
 class AgentCheckConfigHelloTest(LabTestCase):
     """--check-config refuses, naming the key and the HELLO field, what the broker
     would refuse 4400; the agent itself refuses to start instead of reconnecting in a loop."""
