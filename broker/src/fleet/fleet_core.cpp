@@ -65,6 +65,7 @@ void FleetCore::on_data(RigSession& s, std::span<const std::uint8_t> data, std::
 void FleetCore::on_pong(RigSession& s) {
   s.keepalive.pong(clock_.mono_ms(), settings_.keepalive);
   s.last_seen_wall_ms = clock_.wall_ms();
+  if (!probes_.empty()) probe_answered(s);  // alive: a newcomer waiting for it is refused 4409
 }
 
 void FleetCore::on_peer_close(RigSession& s, std::uint16_t code) { s.peer_close_code = code; }
@@ -99,6 +100,7 @@ void FleetCore::on_closed(RigSession& s) {
   s.prev = s.next = nullptr;
   --connection_count_;
   observer_.session_closed(s, peer_code);
+  if (!probes_.empty()) probed_connection_gone(s);  // went away by itself: a newcomer waiting for it goes on
   if (drain_.active) check_drain_done();
 }
 
@@ -110,6 +112,7 @@ void FleetCore::close_session(RigSession& s, CloseCode code, std::string reason)
   observer_.closing(s, transport_.peer_address(s), code, reason);
   unregister(s, reason);
   transport_.close(s, code, reason);
+  if (!probes_.empty()) probed_connection_gone(s);  // a newcomer waiting for this one goes on
 }
 
 void FleetCore::unregister(RigSession& s, std::string_view why) {
@@ -307,6 +310,7 @@ void FleetCore::sweep() {
   }
   expire_deadlines();
   if (!asks_.empty()) expire_asks();
+  if (!probes_.empty()) expire_probes(now);
   std::size_t budget = (connection_count_ + sweep_slices_ - 1) / sweep_slices_;
   while (sweep_cursor_ != nullptr && budget-- > 0) {
     RigSession* s = sweep_cursor_;
@@ -318,7 +322,8 @@ void FleetCore::sweep() {
 
 void FleetCore::sweep_one(RigSession& s, std::uint32_t now, bool refresh) {
   if (s.phase == SessionPhase::awaiting_hello) {
-    if (now - s.established_mono_ms >= settings_.hello_timeout_ms)
+    // A HELLO waiting for a probe arrived in time; the probe's own deadline bounds it.
+    if (!s.awaiting_probe && now - s.established_mono_ms >= settings_.hello_timeout_ms)
       close_session(s, CloseCode::hello_timeout,
                     "no hello within " + std::to_string(settings_.hello_timeout_ms) + " ms");
     return;

@@ -28,18 +28,18 @@ HelloDecision decide_hello(const msg::Hello& hello, const std::optional<CertIden
     return {HelloVerdict::reject_identity,
             "rig_id " + hello.rig_id.substr(0, 40) + " is not the certificate's identity " + cn};
   }
-  // The rule of the design: a live, healthy connection is kept and the newcomer
-  // refused (4409: a cloned config, or the same agent whose old socket is half-open
-  // and not yet detected -- the broker then probes that socket at once, so the
-  // agent's retry wins after one pong timeout); a stale one (older boot_id, or a
-  // connection that already missed a pong) is superseded (4410 to the old socket).
+  // A connection of the rig is already here. Whatever the boot_id says (a cloned
+  // configuration on a second machine starts with a newer one), it keeps the rig
+  // while it answers pings: it is probed, and the newcomer waits for the answer
+  // (the pong: the newcomer is refused 4409; none within the pong timeout: the old
+  // one is closed 4410 and the newcomer admitted). A real reboot is fast anyway:
+  // the old socket's peer is gone, so the probe gets a reset and the old
+  // connection closes at once. One that already missed a pong is not alive.
   if (!existing) return {HelloVerdict::accept, {}};
   if (existing->closing) return {HelloVerdict::accept, "previous connection already closing"};
-  if (boot_id_older(existing->boot_id, hello.boot_id))
-    return {HelloVerdict::supersede_existing, "newer boot_id"};
   if (existing->missed_pongs > 0)
     return {HelloVerdict::supersede_existing, "previous connection missed pongs"};
-  return {HelloVerdict::reject_duplicate, "rig already has a live connection"};
+  return {HelloVerdict::probe_existing, "the rig has a connection that may be alive: probing it first"};
 }
 
 CloseCode close_code_for(HelloVerdict v) noexcept {
@@ -48,6 +48,7 @@ CloseCode close_code_for(HelloVerdict v) noexcept {
     case HelloVerdict::reject_identity: return CloseCode::identity_mismatch;
     case HelloVerdict::reject_duplicate: return CloseCode::duplicate_connection;
     case HelloVerdict::supersede_existing: return CloseCode::superseded;
+    case HelloVerdict::probe_existing:
     case HelloVerdict::accept: break;
   }
   return CloseCode::normal;
@@ -57,6 +58,7 @@ const char* to_string(HelloVerdict v) noexcept {
   switch (v) {
     case HelloVerdict::accept: return "accepted";
     case HelloVerdict::supersede_existing: return "superseded_old";
+    case HelloVerdict::probe_existing: return "probing_old";
     case HelloVerdict::reject_malformed: return "malformed";
     case HelloVerdict::reject_identity: return "identity_mismatch";
     case HelloVerdict::reject_duplicate: return "duplicate";

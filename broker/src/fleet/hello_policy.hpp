@@ -26,12 +26,14 @@ bool identity_matches(std::string_view rig_id, const CertIdentity& id) noexcept;
 struct ExistingConnection {
   std::string boot_id;
   bool closing = false;        // already being closed
-  unsigned missed_pongs = 0;   // > 0: the connection is not proven alive
+  unsigned missed_pongs = 0;   // > 0: the connection already missed a pong: not alive
 };
 
 enum class HelloVerdict : std::uint8_t {
   accept,              // WELCOME, register
   supersede_existing,  // WELCOME, register, close the old connection 4410
+  probe_existing,      // the old connection may be alive: ping it, the newcomer waits for
+                       // the pong (-> reject_duplicate) or its absence (-> supersede_existing)
   reject_malformed,    // close 4400
   reject_identity,     // close 4401
   reject_duplicate,    // close 4409 (the existing connection is live and healthy)
