@@ -211,6 +211,35 @@ class CancelOnTheWireTest(LabTestCase):
             await ws.close()
         asyncio.run(go())
 
+    def test_e_second_job_cancel_is_409_cancel_pending(self):
+        broker = self.lab.broker()
+
+        async def go():
+            ws, _ = await rc.rig_session(broker.url, rc.tls_context(self.lab.certs, "rig-a"), "rig-a")
+            status, job = await asyncio.to_thread(broker.api, "POST", "/v1/jobs",
+                                                  {"kind": "dmesg", "targets": {"ids": ["rig-a"]}})
+            self.assertIn(status, (200, 201, 202), job)
+            cmd = await rc.recv_msg(ws, timeout=10)
+            self.assertEqual(cmd["t"], "command")
+            await ws.send(rc.frame("ack", seq=cmd["seq"], cmd_id=cmd["cmd_id"], duplicate=False))
+            await asyncio.to_thread(broker.wait_command, cmd["cmd_id"], ("acked", "running"))
+            path = f"/v1/jobs/{job['job_id']}/cancel"
+            status, first = await asyncio.to_thread(broker.api, "POST", path)
+            self.assertEqual(status, 202, first)
+            self.assertEqual((await rc.recv_msg(ws, timeout=10))["t"], "cancel")
+            status, again = await asyncio.to_thread(broker.api, "POST", path)
+            self.assertEqual(status, 409, again)
+            self.assertEqual(again["error"], "cancel_pending")
+            self.assertEqual(again["cancelled_at"], first["cancelled_at"])
+            r = await asyncio.to_thread(self.fleetctl, broker, "job", "cancel", job["job_id"])
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertIn(f"job {job['job_id']} was already cancelled", r.stderr)
+            with self.assertRaises(asyncio.TimeoutError):
+                extra = await rc.recv_msg(ws, timeout=1.0)
+                self.fail(f"unexpected frame {extra}")
+            await ws.close()
+        asyncio.run(go())
+
 
 class AgentCheckConfigHelloTest(LabTestCase):
     """--check-config refuses, naming the key and the HELLO field, what the broker
