@@ -146,16 +146,6 @@ std::string session_line_key(std::string_view line) {
   return "session: " + std::string(line.substr(0, std::min(end, line.size())));
 }
 
-StringMap parse_labels(const std::vector<std::string>& labels) {
-  StringMap out;
-  for (const auto& l : labels) {
-    const auto eq = l.find('=');
-    if (eq == std::string::npos || eq == 0) continue;
-    out[l.substr(0, eq)] = l.substr(eq + 1);
-  }
-  return out;
-}
-
 }  // namespace
 
 // ------------------------------------------------------------------ registry
@@ -321,6 +311,9 @@ Expected<void> Agent::init() {
   sc.hello.boot_id = boot_id_;
   sc.hello.labels = parse_labels(cfg_.labels);
   sc.hello.kinds.assign(allowed->begin(), allowed->end());
+  // A HELLO the broker would refuse (4400) would only make the agent reconnect in a loop.
+  if (std::string problem = hello_config_problem(cfg_, sc.hello.kinds); !problem.empty())
+    return make_error(Errc::invalid_argument, problem);
   sc.backoff.base = std::chrono::milliseconds(cfg_.backoff_base_ms);
   sc.backoff.cap = std::chrono::milliseconds(cfg_.backoff_cap_ms);
   sc.backoff.jitter = cfg_.jitter == "full" ? Jitter::full : Jitter::proportional;

@@ -21,6 +21,8 @@
 
 #include "common/log.hpp"
 #include "fleetlink/client_session.hpp"
+#include "fleetlink/limits.hpp"
+#include "fleetlink/uuid.hpp"
 #include "fleetlink/version.hpp"
 #include "path_trust.hpp"
 #include "suite_config.hpp"
@@ -86,7 +88,7 @@ std::string check_state_dir(const std::string& dir) {
 }
 
 bool valid_rig_id(const std::string& id) {
-  if (id.empty() || id.size() > 64) return false;
+  if (id.empty() || id.size() > kMaxIdBytes) return false;
   return std::all_of(id.begin(), id.end(), [](char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
            c == '_' || c == '-';
@@ -272,6 +274,35 @@ ParseOutcome parse_command_line(int argc, const char* const* argv) {
   return out;
 }
 
+std::map<std::string, std::string> parse_labels(const std::vector<std::string>& labels) {
+  std::map<std::string, std::string> out;
+  for (const auto& l : labels) {
+    const auto eq = l.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    out[l.substr(0, eq)] = l.substr(eq + 1);
+  }
+  return out;
+}
+
+std::string hello_config_problem(const AgentConfig& cfg, const std::vector<std::string>& kinds) {
+  msg::Hello hello;
+  hello.rig_id = cfg.rig_id;
+  hello.agent_version = kVersion;
+  hello.boot_id = uuid_v7().to_string();
+  hello.labels = parse_labels(cfg.labels);
+  hello.kinds = kinds;
+  const std::optional<HelloFieldProblem> problem = hello_field_problem(hello);
+  if (!problem) return {};
+  // The config key behind each HELLO field.
+  std::string key = "rig-id";
+  if (problem->field == "labels") key = "label";
+  else if (problem->field == "kinds") key = cfg.allow.empty() ? "plugin-dir" : "allow";
+  else if (problem->field != "rig_id") key = problem->field;  // the agent's own (version, boot_id): a bug
+  std::string where = config_origin(cfg, key);
+  if (problem->field == "kinds" && cfg.allow.empty()) where += " (with the suites and built-in kinds)";
+  return where + ": the broker would refuse this rig's HELLO (4400): " + problem->text;
+}
+
 ConfigReport validate_config(const AgentConfig& c, const ValidateOptions& opts) {
   ConfigReport r;
   auto err = [&](const std::string& key, const std::string& text) {
@@ -310,6 +341,10 @@ ConfigReport validate_config(const AgentConfig& c, const ValidateOptions& opts) 
     const auto eq = l.find('=');
     if (eq == std::string::npos || eq == 0) err("label", "'" + l + "' is not k=v");
   }
+  // What the HELLO carries from the configuration (the rig id is checked above;
+  // the kinds once the executors are known: Agent::init, --check-config).
+  if (valid_rig_id(c.rig_id))
+    if (std::string problem = hello_config_problem(c, {}); !problem.empty()) r.errors.push_back(problem);
   if (!c.plugin_dir.empty()) {
     std::error_code ec;
     if (!fs::is_directory(c.plugin_dir, ec))

@@ -8,6 +8,7 @@
 // explains each problem with where the value came from (file and key, or flag):
 // the agent refuses to start half-working, and --check-config prints the same.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,16 @@ struct ValidateOptions {
 };
 
 ConfigReport validate_config(const AgentConfig& cfg, const ValidateOptions& opts = {});
+
+// The HELLO this configuration makes the agent send, checked against the
+// protocol's rules (fleetlink/limits.hpp, the same function the broker applies):
+// one sentence naming the config key and the HELLO field, or "" when the broker
+// would take it. `kinds` are the kinds the agent will offer (empty: not checked,
+// before the executors are known).
+std::string hello_config_problem(const AgentConfig& cfg, const std::vector<std::string>& kinds);
+
+// The labels of `label = k=v` lines (malformed ones are validate_config's errors).
+std::map<std::string, std::string> parse_labels(const std::vector<std::string>& labels);
 
 // "where key came from": "--cert" or "/etc/fleetlink/agent.conf: key 'cert'".
 std::string config_origin(const AgentConfig& cfg, const std::string& key);

@@ -36,7 +36,14 @@ int check_config(const fleetlink::agent::AgentConfig& cfg) {
       report.errors.push_back(reg.error().detail);
     } else {
       auto allowed = allowed_kinds(cfg, **reg);
-      if (!allowed) report.errors.push_back(allowed.error().detail);
+      if (!allowed) {
+        report.errors.push_back(allowed.error().detail);
+      } else {
+        // The kinds the HELLO will offer, against the protocol's limits.
+        const std::vector<std::string> kinds(allowed->begin(), allowed->end());
+        if (std::string problem = hello_config_problem(cfg, kinds); !problem.empty())
+          report.errors.push_back(problem);
+      }
     }
     for (auto& w : warnings) report.warnings.push_back(w);
   }

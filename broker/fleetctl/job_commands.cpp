@@ -273,6 +273,11 @@ int job_cancel(JobCli& cli, const std::string& job_id) {
       return cli.fail(kFailed, "job " + job_id + " is not running (state " + field_text(body, "state") +
                                    "): nothing to cancel");
     }
+    if (r->status == 409 && field_text(body, "error") == "cancel_pending") {
+      if (cli.json_output) std::cout << r->body << "\n" << std::flush;
+      return cli.fail(kFailed, "job " + job_id + " was already cancelled (at " + field_text(body, "cancelled_at") +
+                                   "): its commands are ending (follow: fleetctl job watch " + job_id + ")");
+    }
     return cli.api_error(*r);
   }
   const json job = parse_json(r->body);

@@ -411,6 +411,13 @@ int cmd_cancel(ControlClient& c, const Globals& g, const std::string& cmd_id) {
       return fail(kFailed, "command " + cmd_id + " is not running (state " +
                                field_text(body, "state") + "): nothing to cancel");
     }
+    if (r->status == 409 && field_text(body, "error") == "cancel_pending") {
+      if (g.json_output) print_raw(r->body);
+      return fail(kFailed, "a cancel of " + cmd_id + " is already on its way (asked at " +
+                               field_text(body, "cancel_requested_at") + "; state " + field_text(body, "state") +
+                               "): nothing sent again; it ends with the rig's answer (see: fleetctl status " +
+                               cmd_id + ")");
+    }
     return api_error(*r, g);
   }
   if (g.json_output) {

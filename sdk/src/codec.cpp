@@ -403,24 +403,27 @@ bool valid_utf8(std::string_view s) {
 
 struct Checker {
   std::optional<Error> error;
+  std::string field;  // the field of the first problem
 
-  void fail(Errc code, std::string detail) {
-    if (!error) error = make_error(code, std::move(detail));
+  void fail(Errc code, const char* name, std::string detail) {
+    if (error) return;
+    error = make_error(code, std::move(detail));
+    field = name;
   }
   void text(const char* name, std::string_view s, std::size_t max, bool non_empty) {
     if (error) return;
     if (s.size() > max) {
-      fail(Errc::too_large, std::string(name) + ": longer than " + std::to_string(max) + " bytes");
+      fail(Errc::too_large, name, std::string(name) + ": longer than " + std::to_string(max) + " bytes");
     } else if (non_empty && s.empty()) {
-      fail(Errc::bad_field, std::string(name) + ": must not be empty");
+      fail(Errc::bad_field, name, std::string(name) + ": must not be empty");
     } else if (!valid_utf8(s)) {
-      fail(Errc::bad_field, std::string(name) + ": not valid UTF-8");
+      fail(Errc::bad_field, name, std::string(name) + ": not valid UTF-8");
     }
   }
   void ident(const char* name, std::string_view s, std::size_t max) {
     if (error) return;
     if (s.empty() || s.size() > max) {
-      fail(s.empty() ? Errc::bad_field : Errc::too_large,
+      fail(s.empty() ? Errc::bad_field : Errc::too_large, name,
            std::string(name) + ": must be 1.." + std::to_string(max) + " characters");
       return;
     }
@@ -428,28 +431,39 @@ struct Checker {
       return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
              c == '.' || c == '_' || c == '-';
     });
-    if (!ok) fail(Errc::bad_field, std::string(name) + ": only [A-Za-z0-9._-] allowed");
+    if (!ok) fail(Errc::bad_field, name, std::string(name) + ": only [A-Za-z0-9._-] allowed");
   }
   void uuid(const char* name, std::string_view s, bool may_be_empty = false) {
     if (error || (may_be_empty && s.empty())) return;
-    if (!parse_uuid(s)) fail(Errc::bad_field, std::string(name) + ": not a UUID");
+    if (!parse_uuid(s)) fail(Errc::bad_field, name, std::string(name) + ": not a UUID");
   }
-  void map(const char* name, const StringMap& m) {
+  void map(const char* name, const StringMap& m, std::size_t max_value_bytes = kMaxMapValueBytes) {
     if (error) return;
     if (m.size() > kMaxMapEntries) {
-      fail(Errc::too_large,
+      fail(Errc::too_large, name,
            std::string(name) + ": more than " + std::to_string(kMaxMapEntries) + " entries");
       return;
     }
+    const std::string key_name = std::string(name) + " key";
     for (const auto& [k, v] : m) {
-      text(name, k, kMaxMapKeyBytes, true);
-      text(name, v, kMaxMapValueBytes, false);
+      if (error) return;
+      if (k.size() > kMaxMapKeyBytes || k.empty() || !valid_utf8(k)) {
+        fail(k.empty() ? Errc::bad_field : k.size() > kMaxMapKeyBytes ? Errc::too_large : Errc::bad_field, name,
+             key_name + " '" + printable_prefix(k) + "': must be 1.." + std::to_string(kMaxMapKeyBytes) +
+                 " bytes of UTF-8");
+      } else if (v.size() > max_value_bytes) {
+        fail(Errc::too_large, name,
+             std::string(name) + " '" + printable_prefix(k) + "': value longer than " +
+                 std::to_string(max_value_bytes) + " bytes");
+      } else if (!valid_utf8(v)) {
+        fail(Errc::bad_field, name, std::string(name) + " '" + printable_prefix(k) + "': value not valid UTF-8");
+      }
     }
   }
   void bytes(const char* name, const Bytes& b, std::size_t max) {
     if (error) return;
     if (b.size() > max) {
-      fail(Errc::too_large, std::string(name) + ": more than " + std::to_string(max) + " bytes");
+      fail(Errc::too_large, name, std::string(name) + ": more than " + std::to_string(max) + " bytes");
     }
   }
   void artifacts(const std::vector<msg::ArtifactRef>& list) {
@@ -471,16 +485,23 @@ struct Checker {
     }
   }
   void positive(const char* name, std::uint64_t v) {
-    if (!error && v == 0) fail(Errc::bad_field, std::string(name) + ": must be >= 1");
+    if (!error && v == 0) fail(Errc::bad_field, name, std::string(name) + ": must be >= 1");
+  }
+  // At most 32 printable ASCII characters of a key, for a message that names it.
+  static std::string printable_prefix(std::string_view s) {
+    std::string out;
+    for (const char c : s.substr(0, 32)) out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
+    if (s.size() > 32) out += "...";
+    return out;
   }
 
   void check(const msg::Hello& m) {
     ident("rig_id", m.rig_id, kMaxIdBytes);
     text("agent_version", m.agent_version, kMaxVersionBytes, true);
-    uuid("boot_id", m.boot_id);
-    map("labels", m.labels);
+    if (!error && !is_uuid_v7(m.boot_id)) fail(Errc::bad_field, "boot_id", "boot_id: not a UUIDv7");
+    map("labels", m.labels, kMaxLabelValueBytes);
     if (!error && m.kinds.size() > kMaxKinds) {
-      fail(Errc::too_large, "kinds: more than " + std::to_string(kMaxKinds) + " entries");
+      fail(Errc::too_large, "kinds", "kinds: more than " + std::to_string(kMaxKinds) + " entries");
     }
     for (const auto& k : m.kinds) ident("kinds", k, kMaxIdBytes);
   }
@@ -692,6 +713,13 @@ Expected<Message> decode(std::span<const std::uint8_t> frame, const DecodeOption
   } catch (...) {
     return make_error(Errc::malformed, "undecodable frame");
   }
+}
+
+std::optional<HelloFieldProblem> hello_field_problem(const msg::Hello& hello) {
+  Checker checker;
+  checker.check(hello);
+  if (!checker.error) return std::nullopt;
+  return HelloFieldProblem{checker.field, checker.error->code, checker.error->detail};
 }
 
 Expected<void> validate(const Message& m) {

@@ -1,5 +1,6 @@
 """Broker HELLO outcomes with a raw client: WELCOME, 4400, 4401, 4409, 4410, 4008."""
 import asyncio
+import time
 import unittest
 
 import websockets
@@ -74,37 +75,82 @@ class BrokerHelloTest(LabTestCase):
             await first.close()
         asyncio.run(go())
 
-    def test_newer_boot_supersedes_old_4410(self):
-        async def go():
-            old_boot = rc.uuid7(ms=1_700_000_000_000)
-            old, _ = await rc.rig_session(self.broker.url, self.ctx("rig-a"), "rig-a", old_boot)
-            new_boot = rc.uuid7()
-            new, _ = await rc.rig_session(self.broker.url, self.ctx("rig-a"), "rig-a", new_boot)
-            self.assertEqual(await rc.wait_closed_code(old), 4410)
-            rigs = self.broker.rigs()
-            self.assertEqual(rigs["rig-a"]["boot_id"], new_boot)
-            await new.close()
-        asyncio.run(go())
-
-    def test_same_boot_reconnect_probes_the_half_open_old_socket(self):
-        # The agent's old socket is half-open (here: its process frozen), the agent
-        # process says HELLO again with the same boot_id: refused 4409 at first, but
-        # the broker pings the old socket at once, so a retry after the pong timeout wins.
-        import os, signal, sys
-        broker = self.lab.broker(name="probe", ping_interval_ms=60000, pong_timeout_ms=300, max_missed_pongs=3)
-        boot = rc.uuid7()
+    def start_frozen_capable_rig(self, broker, boot):
+        """A rig in its own process (so it can be SIGSTOPped), WELCOMEd with `boot`."""
+        import os
         crt, key = self.lab.certs.rig("rig-a")
         old = self.lab.process("rig-old", ["/usr/bin/python3", os.path.join(os.path.dirname(__file__), "broker_rigproc.py"),
                                            broker.url, "rig-a", crt, key, self.lab.certs.ca, boot])
         old.wait_log("welcome ")
+        return old
+
+    def test_newer_boot_does_not_take_over_a_connection_that_answers_pings(self):
+        # A cloned rig configuration on a second machine: same certificate and rig_id,
+        # a newer boot_id. The broker probes the first connection; it answers, so the
+        # newcomer is refused 4409 and the first keeps the rig.
+        import signal
+        broker = self.lab.broker(name="clone", ping_interval_ms=60000, pong_timeout_ms=2000, max_missed_pongs=3)
+        old_boot = rc.uuid7(ms=1_700_000_000_000)
+        old = self.start_frozen_capable_rig(broker, old_boot)
+
+        async def go():
+            for _ in range(2):
+                ws = await rc.connect(broker.url, self.ctx("rig-a"))
+                await ws.send(rc.hello("rig-a", rc.uuid7()))  # newer boot_id
+                self.assertEqual(await rc.wait_closed_code(ws, timeout=10), 4409)
+            rigs = broker.rigs()
+            self.assertEqual(rigs["rig-a"]["boot_id"], old_boot)
+            self.assertEqual(rigs["rig-a"]["state"], "connected")
+        asyncio.run(go())
+        self.assertTrue(old.alive())
+        self.assertRegex(broker.log(), r"hello refused rig=rig-a .*outcome=duplicate: rig already has a live connection \(it answered a ping\)")
+        # The first one frozen (kill -STOP): no pong within the pong timeout, so the
+        # newcomer takes over (the frozen one is closed 4410).
+        old.signal(signal.SIGSTOP)
+        try:
+            async def take_over():
+                new_boot = rc.uuid7()
+                t0 = time.monotonic()
+                ws, welcome = await rc.rig_session(broker.url, self.ctx("rig-a"), "rig-a", new_boot, )
+                waited = time.monotonic() - t0
+                self.assertGreaterEqual(waited, 1.5)   # it waited for the probe ...
+                self.assertLess(waited, 8)              # ... bounded by the pong timeout (2 s)
+                self.assertEqual(broker.rigs()["rig-a"]["boot_id"], new_boot)
+                await ws.close()
+            asyncio.run(take_over())
+            self.assertRegex(broker.log(), r"closing rig=rig-a .*code=4410")
+        finally:
+            old.signal(signal.SIGCONT)
+
+    def test_a_reboot_takes_over_at_once(self):
+        # The old connection's peer is gone (here its process died, as in a reboot or
+        # a crash): the new boot is admitted without waiting for the pong timeout
+        # (20 s here), whether the broker saw the old socket close before the new
+        # HELLO or learns it from the probe (a reset).
+        broker = self.lab.broker(name="reboot", ping_interval_ms=60000, pong_timeout_ms=20000)
+        old = self.start_frozen_capable_rig(broker, rc.uuid7(ms=1_700_000_000_000))
+        old.kill()  # the process dies: its kernel resets the socket
+        async def go():
+            new_boot = rc.uuid7()
+            t0 = time.monotonic()
+            ws, _ = await rc.rig_session(broker.url, self.ctx("rig-a"), "rig-a", new_boot)
+            self.assertLess(time.monotonic() - t0, 5)
+            self.assertEqual(broker.rigs()["rig-a"]["boot_id"], new_boot)
+            await ws.close()
+        asyncio.run(go())
+
+    def test_same_boot_reconnect_probes_the_half_open_old_socket(self):
+        # The agent's old socket is half-open (here: its process frozen), the agent
+        # process says HELLO again with the same boot_id: the broker pings the old socket
+        # at once and the new connection waits; no pong within the pong timeout, so the
+        # old one is closed 4410 and the new one WELCOMEd.
+        import signal
+        broker = self.lab.broker(name="probe", ping_interval_ms=60000, pong_timeout_ms=300, max_missed_pongs=3)
+        boot = rc.uuid7()
+        old = self.start_frozen_capable_rig(broker, boot)
         old.signal(signal.SIGSTOP)
         try:
             async def go():
-                ws = await rc.connect(broker.url, self.ctx("rig-a"))
-                await ws.send(rc.hello("rig-a", boot))
-                self.assertEqual(await rc.wait_closed_code(ws), 4409)
-                await asyncio.sleep(0.6)  # > pong timeout: the probe went unanswered
-                self.assertEqual(broker.rigs()["rig-a"]["state"], "unresponsive")
                 ws, _ = await rc.rig_session(broker.url, self.ctx("rig-a"), "rig-a", boot)
                 self.assertEqual(broker.rigs()["rig-a"]["state"], "connected")
                 await ws.close()

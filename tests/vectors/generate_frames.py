@@ -149,6 +149,7 @@ INVALID = [
                                             ("duplicate", 1)])),
     ("bad_field/cmd_id_not_uuid", raw_map([("v", 1), ("t", "cancel"), ("cmd_id", "42")])),
     ("bad_field/rig_id_with_space", frame("hello", hello(rig="rig 1"))),
+    ("bad_field/boot_id_uuid_v4", frame("hello", hello(boot="6f1c1a52-1b0e-4d4e-9a6c-0e1a2b3c4d5e"))),
     ("bad_field/label_not_utf8", bytes([0x86]) + b"".join(
         msgpack.packb(x) for x in ["v", 1, "t", "hello", "rig_id", "r", "agent_version", "1",
                                    "boot_id", BOOT, "labels"]) + b"\x81\xa1k\xa2\xff\xfe"),
@@ -182,6 +183,7 @@ INVALID = [
     ("too_large/rig_id_65_chars", frame("hello", hello(rig="r" * 65))),
     ("too_large/33_kinds", frame("hello", hello(kinds=["k%d" % i for i in range(33)]))),
     ("too_large/65_labels", frame("hello", hello(labels={"k%02d" % i: "v" for i in range(65)}))),
+    ("too_large/label_value_257_bytes", frame("hello", hello(labels={"lab": "x" * 257}))),
     ("too_large/chunk_16385_bytes", frame("output", [("cmd_id", CMD), ("offset", 0),
                                                      ("data", b"x" * 16385)])),
     ("truncated/str32_claims_4GiB", b"\x81\xa1v\xdb\xff\xff\xff\xff"),

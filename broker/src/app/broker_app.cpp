@@ -43,7 +43,7 @@ FleetSettings fleet_settings(const BrokerConfig& cfg) {
   s.max_frame_bytes = cfg.max_frame_bytes;
   s.rig_rate = cfg.rig_rate;
   s.rig_burst = cfg.rig_burst;
-  s.drain_deadline_ms = cfg.effective_drain_deadline_ms();
+  s.drain_deadline_ms = cfg.drain_deadline_ms;  // 0: each drain's own window + 5 s
   s.command_history = cfg.command_history;
   s.strictness = cfg.strict ? Strictness::strict : Strictness::lenient;
   s.store_commit_interval_ms = cfg.store_commit_interval_ms;

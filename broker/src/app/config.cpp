@@ -361,7 +361,7 @@ ParseOutcome parse_command_line(int argc, const char* const* argv) {
   r.number("rig-rate", cfg.rig_rate, "inbound frames/s per connection");
   r.number("rig-burst", cfg.rig_burst, "inbound frames per connection above the rate at once");
   r.whole("drain-window-ms", cfg.drain_window_ms, "a drain spreads the rigs' reconnects over this long");
-  r.whole("drain-deadline-ms", cfg.drain_deadline_ms, "a drain ends by then (0: drain-window-ms + 5000)");
+  r.whole("drain-deadline-ms", cfg.drain_deadline_ms, "a drain closes what is left 1001 and ends by then (0: that drain's window + 5000; never before its window + 1000)");
   r.whole("command-history", cfg.command_history, "finished commands kept in memory");
   app.add_option("--store", cfg.store,
                  "where commands are recorded: sqlite (in --state-dir), redis (with --registry redis: shared by "

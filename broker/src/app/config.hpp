@@ -68,7 +68,7 @@ struct BrokerConfig {
   double rig_rate = 200;
   double rig_burst = 400;
   std::uint32_t drain_window_ms = 10000;
-  std::uint32_t drain_deadline_ms = 0;   // 0: window + 5000
+  std::uint32_t drain_deadline_ms = 0;   // 0: the drain's window + 5000 (fleet/drain.hpp)
   std::uint32_t command_history = 10000;   // finished commands kept in memory (the store keeps more)
   // The command store (docs/OPERATIONS.md, "The command store").
   std::string store = "sqlite";                      // sqlite | redis | none
@@ -110,9 +110,6 @@ struct BrokerConfig {
     return !control_token.empty() || !control_token_file.empty() || !operators_file.empty();
   }
 
-  std::uint32_t effective_drain_deadline_ms() const {
-    return drain_deadline_ms ? drain_deadline_ms : drain_window_ms + 5000;
-  }
 };
 
 // Every problem found, each a sentence that starts with where: "--cert: ...",

@@ -519,7 +519,7 @@ JobCancel JobTable::cancel(Fleet& fleet, std::string_view job_id, std::uint64_t 
   if (it == jobs_.end()) return JobCancel::unknown;
   Job& job = it->second;
   if (job.finished_at_ms || job.expiring) return JobCancel::finished;
-  if (job.cancelled_at_ms) return JobCancel::cancelled;  // asked again: the same answer
+  if (job.cancelled_at_ms) return JobCancel::pending;  // asked again: the first cancel is on its way
   job.cancelled_at_ms = now_ms;
   const std::string why = "not sent: the job was cancelled (" + iso8601_utc_ms(now_ms) + ")";
   std::vector<std::string> to_cancel;

@@ -213,6 +213,7 @@ enum class JobCancel : std::uint8_t {
   cancelled,  // the job is cancelled (it may still wait for its commands' ends)
   unknown,    // not in this table (the store may have it: finished, or driven elsewhere)
   finished,   // it had already finished (or its deadline is ending it now)
+  pending,    // cancelled before, its commands are still ending: nothing is done again
 };
 
 class JobTable {

@@ -136,8 +136,12 @@ HttpResponse cancel_answer(const Fleet& fleet, const std::string& cmd_id, Cancel
                                      {"state", cmd ? to_string(cmd->state) : "unknown"},
                                      {"detail", "the command has already finished"}});
     case CancelOutcome::pending:
+      // Never a second CANCEL to the rig, and never a second 202: the first one's
+      // answer is what the command ends with (PROTOCOL 3.9, OPERATIONS 9.5).
       return json_response(409, json{{"error", "cancel_pending"},
                                      {"cmd_id", cmd_id},
+                                     {"state", cmd ? to_string(cmd->state) : "unknown"},
+                                     {"cancel_requested_at", cmd ? iso8601_or_null(cmd->cancel_requested_at_ms) : json()},
                                      {"detail", "a cancel of this command is already on its way"}});
     case CancelOutcome::cancelled:
       return json_response(200, json{{"cmd_id", cmd_id}, {"state", "cancelled"}, {"cancel_sent", false}});

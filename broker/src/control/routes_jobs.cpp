@@ -292,7 +292,8 @@ HttpResponse cancel_not_here(const std::string& job_id, const std::optional<JobR
 }  // namespace
 
 // 202 with the job (state "cancelled", or "running" with cancelled_at while its
-// commands end); 404 unknown; 409 not_running (finished) or job_elsewhere.
+// commands end); 404 unknown; 409 not_running (finished), cancel_pending (cancelled
+// before, its commands still ending) or job_elsewhere.
 HttpResponse post_job_cancel(const RouteContext& ctx) {
   const std::string& job_id = ctx.params.get("job");
   if (ctx.options.jobs == nullptr) return json_error(503, "unavailable", "jobs are not available on this listener");
@@ -310,6 +311,16 @@ HttpResponse post_job_cancel(const RouteContext& ctx) {
                                      {"detail", job != nullptr && job->finished()
                                                     ? "the job has already finished"
                                                     : "the job is ending: its deadline passed"}});
+    }
+    case JobCancel::pending: {
+      // As for a command (POST /v1/commands/{id}/cancel): a second cancel while the
+      // first is on its way is 409 cancel_pending, never a second 202.
+      const Job* job = ctx.options.jobs->find(job_id);
+      return json_response(409, json{{"error", "cancel_pending"},
+                                     {"job_id", job_id},
+                                     {"state", job != nullptr ? to_string(job->state()) : "running"},
+                                     {"cancelled_at", job != nullptr ? iso8601_or_null(job->cancelled_at_ms) : json()},
+                                     {"detail", "a cancel of this job is already on its way: its commands are ending"}});
     }
     case JobCancel::unknown:
       break;

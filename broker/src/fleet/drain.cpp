@@ -1,6 +1,7 @@
 #include "fleet/drain.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace fleetlink::broker {
 
@@ -14,6 +15,13 @@ std::vector<std::uint32_t> drain_spread(std::size_t n, std::uint32_t window_ms, 
   }
   std::shuffle(out.begin(), out.end(), rng);
   return out;
+}
+
+std::uint32_t drain_deadline(std::uint32_t configured_ms, std::uint32_t window_ms) noexcept {
+  const std::uint64_t at_least = std::uint64_t{window_ms} + 1000;
+  const std::uint64_t deadline = configured_ms == 0 ? std::uint64_t{window_ms} + 5000
+                                                    : std::max<std::uint64_t>(configured_ms, at_least);
+  return static_cast<std::uint32_t>(std::min<std::uint64_t>(deadline, UINT32_MAX));
 }
 
 }  // namespace fleetlink::broker

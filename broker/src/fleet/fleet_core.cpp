@@ -65,6 +65,7 @@ void FleetCore::on_data(RigSession& s, std::span<const std::uint8_t> data, std::
 void FleetCore::on_pong(RigSession& s) {
   s.keepalive.pong(clock_.mono_ms(), settings_.keepalive);
   s.last_seen_wall_ms = clock_.wall_ms();
+  if (!probes_.empty()) probe_answered(s);  // alive: a newcomer waiting for it is refused 4409
 }
 
 void FleetCore::on_peer_close(RigSession& s, std::uint16_t code) { s.peer_close_code = code; }
@@ -100,6 +101,7 @@ void FleetCore::on_closed(RigSession& s) {
   s.prev = s.next = nullptr;
   --connection_count_;
   observer_.session_closed(s, peer_code);
+  if (!probes_.empty()) probed_connection_gone(s);  // went away by itself: a newcomer waiting for it goes on
   if (drain_.active) check_drain_done();
 }
 
@@ -111,6 +113,7 @@ void FleetCore::close_session(RigSession& s, CloseCode code, std::string reason)
   observer_.closing(s, transport_.peer_address(s), code, reason);
   unregister(s, reason);
   transport_.close(s, code, reason);
+  if (!probes_.empty()) probed_connection_gone(s);  // a newcomer waiting for this one goes on
 }
 
 void FleetCore::unregister(RigSession& s, std::string_view why) {
@@ -308,6 +311,7 @@ void FleetCore::sweep() {
   }
   expire_deadlines();
   if (!asks_.empty()) expire_asks();
+  if (!probes_.empty()) expire_probes(now);
   std::size_t budget = (connection_count_ + sweep_slices_ - 1) / sweep_slices_;
   while (sweep_cursor_ != nullptr && budget-- > 0) {
     RigSession* s = sweep_cursor_;
@@ -319,7 +323,8 @@ void FleetCore::sweep() {
 
 void FleetCore::sweep_one(RigSession& s, std::uint32_t now, bool refresh) {
   if (s.phase == SessionPhase::awaiting_hello) {
-    if (now - s.established_mono_ms >= settings_.hello_timeout_ms)
+    // A HELLO waiting for a probe arrived in time; the probe's own deadline bounds it.
+    if (!s.awaiting_probe && now - s.established_mono_ms >= settings_.hello_timeout_ms)
       close_session(s, CloseCode::hello_timeout,
                     "no hello within " + std::to_string(settings_.hello_timeout_ms) + " ms");
     return;
@@ -363,7 +368,7 @@ void FleetCore::start_drain(std::chrono::milliseconds window) {
   drain_.active = true;
   drain_.started_ms = clock_.mono_ms();
   drain_.window_ms = window_ms;
-  drain_.deadline_ms = std::max(settings_.drain_deadline_ms, window_ms + 1000);
+  drain_.deadline_ms = drain_deadline(settings_.drain_deadline_ms, window_ms);
   transport_.stop_accepting();
   std::vector<RigSession*> live;
   for (RigSession* s = head_; s; s = s->next) {
@@ -383,9 +388,22 @@ void FleetCore::start_drain(std::chrono::milliseconds window) {
 
 void FleetCore::check_drain_done() {
   if (!drain_.active || drained_) return;
-  if (connection_count_ != 0 && !drain_.past_deadline(clock_.mono_ms())) return;
+  const std::uint64_t now = clock_.mono_ms();
+  if (connection_count_ != 0) {
+    if (!drain_.past_deadline(now)) return;
+    if (!drain_.closed_at_deadline) {
+      // Rigs still here at the deadline get a real close frame (1001), not a
+      // vanished socket (1006); the exit waits a moment for those to go out.
+      drain_.closed_at_deadline = true;
+      drain_.left_at_deadline = connection_count_;
+      drain_.flush_until_ms = now + kDrainCloseFlushMs;
+      for (RigSession* s = head_; s; s = s->next) close_session(*s, CloseCode::going_away, "broker draining: deadline reached");
+      return;  // each close comes back through on_closed, which looks again
+    }
+    if (now < drain_.flush_until_ms) return;
+  }
   drained_ = true;
-  observer_.drain_finished(connection_count_);
+  observer_.drain_finished(drain_.left_at_deadline);
   if (on_drained_) on_drained_();
 }
 

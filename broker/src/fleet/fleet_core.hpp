@@ -52,7 +52,9 @@ struct FleetSettings {
   std::uint32_t max_frame_bytes = 131072;
   double rig_rate = 200;                    // inbound frames per second per connection
   double rig_burst = 400;
-  std::uint32_t drain_deadline_ms = 15000;  // after a drain starts: stop even if rigs remain
+  // After a drain starts: close what remains 1001 and stop (drain_deadline(): 0 is
+  // each drain's own window + 5 s; a value is used, but never before window + 1 s).
+  std::uint32_t drain_deadline_ms = 0;
   std::uint32_t command_history = 10000;
   Strictness strictness = Strictness::lenient;
   std::uint32_t registry_refresh_ms = 10000;  // registry entries (TTL 60 s) are refreshed this often
@@ -213,6 +215,15 @@ class FleetCore final : public Fleet {
   void admit(RigSession& s, PendingHello& p);
   void probe(RigSession& s);
   RigSession* claiming_session(std::uint32_t serial) const;
+  // A HELLO for a rig whose connection here may be alive: the old one is probed
+  // and the newcomer waits (probes_, by the old connection's serial).
+  void wait_for_probe(RigSession& newcomer, RigSession& old, const std::shared_ptr<PendingHello>& p);
+  // The old connection answered (alive: the newcomer is refused 4409), closed
+  // (the newcomer goes on), or its probe timed out (closed 4410, the newcomer goes on).
+  void probe_answered(RigSession& old);
+  void probed_connection_gone(const RigSession& old);
+  void expire_probes(std::uint32_t now);
+  void continue_hello(RigSession& s, const std::shared_ptr<PendingHello>& p, HelloVerdict verdict);
   // The registry's answer to a session's refresh.
   void refreshed(const std::string& rig_id, std::uint32_t serial, const Expected<RefreshResult>& r);
 
@@ -359,6 +370,13 @@ class FleetCore final : public Fleet {
   // Several brokers.
   BrokerMesh* mesh_ = nullptr;
   std::unordered_map<std::uint32_t, RigSession*> claiming_;  // sessions whose claim is on its way, by serial
+  struct HelloProbe {
+    RigSession* old;                        // valid while the entry lives (erased when it closes)
+    std::uint32_t waiter;                   // the newcomer's serial (claiming_)
+    std::shared_ptr<PendingHello> pending;
+    std::uint32_t deadline_ms;              // mono: no pong by then -> the old one is superseded
+  };
+  std::unordered_map<std::uint32_t, HelloProbe> probes_;  // by the old connection's serial
   std::uint32_t next_serial_ = 0;
   std::map<std::uint64_t, MeshAsk> asks_;
   // Rigs other brokers hold (rig_seen), for the fleet view; forgotten at their

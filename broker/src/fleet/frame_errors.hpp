@@ -17,7 +17,7 @@ struct FrameFault {
   std::string reason;        // for the close frame and the log (at most 123 bytes on the wire)
 };
 
-// A frame decode() refused. `live`: the connection is past its HELLO (an unknown
+// A frame decode() refused (its size was already checked: oversized_fault). `live`: the connection is past its HELLO (an unknown
 // type is then the peer's newer protocol, which lenient mode tolerates).
 FrameFault decode_fault(const Error& error, bool live, Strictness strictness);
 // A frame whose pieces add up to more than max_frame_bytes.

@@ -44,15 +44,21 @@ void FleetCore::on_hello(RigSession& s, msg::Hello hello) {
       PendingHello{std::move(hello), std::move(d), existing ? existing->boot_id : std::string(),
                    transport_.peer_address(s), identity ? identity->subject : "(plain)"});
   const HelloVerdict verdict = pending->decision.verdict;
+  if (verdict == HelloVerdict::probe_existing && old) {
+    wait_for_probe(s, *old, pending);
+    return;
+  }
   if (verdict != HelloVerdict::accept && verdict != HelloVerdict::supersede_existing) {
-    if (verdict == HelloVerdict::reject_duplicate && old && old->phase == SessionPhase::live && existing &&
-        existing->boot_id == pending->hello.boot_id)
-      probe(*old);  // the same agent process says it reconnected: its old socket is probably half-open
     refuse_hello(s, *pending);
     return;
   }
   s.claiming = true;
   claiming_.emplace(s.serial, &s);
+  continue_hello(s, pending, verdict);
+}
+
+void FleetCore::continue_hello(RigSession& s, const std::shared_ptr<PendingHello>& pending, HelloVerdict verdict) {
+  pending->decision.verdict = verdict;
   const std::uint32_t serial = s.serial;
   if (registry_.shared() && mesh_ != nullptr && verdict == HelloVerdict::accept) {
     // Several brokers: a connection of the rig on another one is asked about
@@ -68,6 +74,81 @@ void FleetCore::on_hello(RigSession& s, msg::Hello hello) {
     return;
   }
   claim_rig(serial, pending, verdict == HelloVerdict::supersede_existing);
+}
+
+// ---------------------------------------------------------------------------------
+// a HELLO for a rig connected here: the old connection is probed, whatever the
+// boot_id, and the newcomer waits at most the pong timeout for the verdict
+
+void FleetCore::wait_for_probe(RigSession& s, RigSession& old, const std::shared_ptr<PendingHello>& p) {
+  if (const auto it = probes_.find(old.serial); it != probes_.end()) {
+    if (claiming_session(it->second.waiter) != nullptr) {
+      // One newcomer at a time: another is already waiting for this probe.
+      p->decision = {HelloVerdict::reject_duplicate, "rig already has a live connection (another takeover is being decided)"};
+      refuse_hello(s, *p);
+      return;
+    }
+    probes_.erase(it);  // its newcomer left meanwhile: this one waits instead
+  }
+  s.claiming = true;
+  s.awaiting_probe = true;
+  claiming_.emplace(s.serial, &s);
+  probes_.insert_or_assign(old.serial, HelloProbe{&old, s.serial, p, clock_.mono_ms() + settings_.keepalive.pong_timeout_ms});
+  observer_.probing(old);
+  // A ping now, also when one is already queued or out: any pong from here on says alive.
+  old.keepalive.ping_sent(clock_.mono_ms(), settings_.keepalive);
+  if (!old.outbound.ping) {
+    old.outbound.ping = true;
+    transport_.write_soon(old);
+  }
+}
+
+void FleetCore::probe_answered(RigSession& old) {
+  const auto it = probes_.find(old.serial);
+  if (it == probes_.end()) return;
+  HelloProbe probe = std::move(it->second);
+  probes_.erase(it);
+  RigSession* waiter = claiming_session(probe.waiter);
+  if (waiter == nullptr) return;  // the newcomer left meanwhile
+  waiter->awaiting_probe = false;
+  probe.pending->decision = {HelloVerdict::reject_duplicate, "rig already has a live connection (it answered a ping)"};
+  refuse_hello(*waiter, *probe.pending);
+}
+
+void FleetCore::probed_connection_gone(const RigSession& old) {
+  const auto it = probes_.find(old.serial);
+  if (it == probes_.end()) return;
+  HelloProbe probe = std::move(it->second);
+  probes_.erase(it);
+  RigSession* waiter = claiming_session(probe.waiter);
+  if (waiter == nullptr) return;
+  waiter->awaiting_probe = false;
+  // The old connection is gone (closed by its peer, or superseded below): the
+  // newcomer's HELLO goes on as if it had been alone; the rig's boot before it
+  // is the old connection's (PendingHello::previous_boot).
+  continue_hello(*waiter, probe.pending, old.close_code == static_cast<std::uint16_t>(CloseCode::superseded)
+                                             ? HelloVerdict::supersede_existing
+                                             : HelloVerdict::accept);
+}
+
+void FleetCore::expire_probes(std::uint32_t now) {
+  std::vector<RigSession*> silent;
+  for (const auto& [serial, probe] : probes_)
+    if (static_cast<std::int32_t>(now - probe.deadline_ms) >= 0) silent.push_back(probe.old);
+  for (RigSession* old : silent) {
+    const auto it = probes_.find(old->serial);
+    if (it == probes_.end()) continue;
+    if (claiming_session(it->second.waiter) == nullptr) {
+      probes_.erase(it);  // the newcomer left: nobody to make room for (the keepalive judges the old one)
+      continue;
+    }
+    observer_.superseding(*old, it->second.pending->hello,
+                          "no pong within " + std::to_string(settings_.keepalive.pong_timeout_ms) + " ms");
+    // Closing it lands in probed_connection_gone(), which lets the newcomer in.
+    close_session(*old, CloseCode::superseded, "superseded: no pong within " +
+                                                   std::to_string(settings_.keepalive.pong_timeout_ms) +
+                                                   " ms while another connection of the rig waited");
+  }
 }
 
 void FleetCore::claim_rig(std::uint32_t serial, const std::shared_ptr<PendingHello>& p, bool force) {
@@ -98,7 +179,7 @@ void FleetCore::ask_owner(std::uint32_t serial, const std::shared_ptr<PendingHel
   });
 }
 
-void FleetCore::probe(RigSession& s) {
+void FleetCore::probe(RigSession& s) {  // asked by another broker (MeshKind::probe)
   if (s.phase != SessionPhase::live || s.outbound.ping) return;
   // Probe it now instead of waiting for the next ping: no pong in time closes it (4002).
   observer_.probing(s);

@@ -1,5 +1,6 @@
 #include "fleet/hello_policy.hpp"
 
+#include "fleetlink/limits.hpp"
 #include "fleetlink/uuid.hpp"
 
 namespace fleetlink::broker {
@@ -13,21 +14,9 @@ bool identity_matches(std::string_view rig_id, const CertIdentity& id) noexcept 
 }
 
 std::optional<std::string> hello_problem(const msg::Hello& hello) {
-  const auto& r = hello.rig_id;
-  if (r.empty() || r.size() > 64) return "rig_id must be 1..64 characters";
-  for (char c : r) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-';
-    if (!ok) return "rig_id has characters outside [A-Za-z0-9._-]";
-  }
-  if (!is_uuid_v7(hello.boot_id)) return "boot_id is not a UUIDv7";
-  if (hello.agent_version.size() > 64) return "agent_version longer than 64";
-  if (hello.kinds.size() > 64) return "more than 64 kinds";
-  for (const auto& k : hello.kinds)
-    if (k.empty() || k.size() > 64) return "a kind is empty or longer than 64";
-  if (hello.labels.size() > 64) return "more than 64 labels";
-  for (const auto& [k, v] : hello.labels)
-    if (k.empty() || k.size() > 64 || v.size() > 256) return "a label key/value is too long";
+  // The SDK's rules, the same the codec applied when the frame was decoded and the
+  // agent's --check-config applies to the HELLO it would send (fleetlink/limits.hpp).
+  if (auto problem = hello_field_problem(hello)) return std::move(problem->text);
   return std::nullopt;
 }
 
@@ -39,18 +28,18 @@ HelloDecision decide_hello(const msg::Hello& hello, const std::optional<CertIden
     return {HelloVerdict::reject_identity,
             "rig_id " + hello.rig_id.substr(0, 40) + " is not the certificate's identity " + cn};
   }
-  // The rule of the design: a live, healthy connection is kept and the newcomer
-  // refused (4409: a cloned config, or the same agent whose old socket is half-open
-  // and not yet detected -- the broker then probes that socket at once, so the
-  // agent's retry wins after one pong timeout); a stale one (older boot_id, or a
-  // connection that already missed a pong) is superseded (4410 to the old socket).
+  // A connection of the rig is already here. Whatever the boot_id says (a cloned
+  // configuration on a second machine starts with a newer one), it keeps the rig
+  // while it answers pings: it is probed, and the newcomer waits for the answer
+  // (the pong: the newcomer is refused 4409; none within the pong timeout: the old
+  // one is closed 4410 and the newcomer admitted). A real reboot is fast anyway:
+  // the old socket's peer is gone, so the probe gets a reset and the old
+  // connection closes at once. One that already missed a pong is not alive.
   if (!existing) return {HelloVerdict::accept, {}};
   if (existing->closing) return {HelloVerdict::accept, "previous connection already closing"};
-  if (boot_id_older(existing->boot_id, hello.boot_id))
-    return {HelloVerdict::supersede_existing, "newer boot_id"};
   if (existing->missed_pongs > 0)
     return {HelloVerdict::supersede_existing, "previous connection missed pongs"};
-  return {HelloVerdict::reject_duplicate, "rig already has a live connection"};
+  return {HelloVerdict::probe_existing, "the rig has a connection that may be alive: probing it first"};
 }
 
 CloseCode close_code_for(HelloVerdict v) noexcept {
@@ -59,6 +48,7 @@ CloseCode close_code_for(HelloVerdict v) noexcept {
     case HelloVerdict::reject_identity: return CloseCode::identity_mismatch;
     case HelloVerdict::reject_duplicate: return CloseCode::duplicate_connection;
     case HelloVerdict::supersede_existing: return CloseCode::superseded;
+    case HelloVerdict::probe_existing:
     case HelloVerdict::accept: break;
   }
   return CloseCode::normal;
@@ -68,6 +58,7 @@ const char* to_string(HelloVerdict v) noexcept {
   switch (v) {
     case HelloVerdict::accept: return "accepted";
     case HelloVerdict::supersede_existing: return "superseded_old";
+    case HelloVerdict::probe_existing: return "probing_old";
     case HelloVerdict::reject_malformed: return "malformed";
     case HelloVerdict::reject_identity: return "identity_mismatch";
     case HelloVerdict::reject_duplicate: return "duplicate";

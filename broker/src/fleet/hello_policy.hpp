@@ -26,12 +26,14 @@ bool identity_matches(std::string_view rig_id, const CertIdentity& id) noexcept;
 struct ExistingConnection {
   std::string boot_id;
   bool closing = false;        // already being closed
-  unsigned missed_pongs = 0;   // > 0: the connection is not proven alive
+  unsigned missed_pongs = 0;   // > 0: the connection already missed a pong: not alive
 };
 
 enum class HelloVerdict : std::uint8_t {
   accept,              // WELCOME, register
   supersede_existing,  // WELCOME, register, close the old connection 4410
+  probe_existing,      // the old connection may be alive: ping it, the newcomer waits for
+                       // the pong (-> reject_duplicate) or its absence (-> supersede_existing)
   reject_malformed,    // close 4400
   reject_identity,     // close 4401
   reject_duplicate,    // close 4409 (the existing connection is live and healthy)
@@ -42,7 +44,8 @@ struct HelloDecision {
   std::string reason;  // for the close frame and the log (<= 123 bytes)
 };
 
-// Field validation of a decoded HELLO (rig id shape, boot_id a UUIDv7, bounded sizes).
+// Field validation of a HELLO (rig id shape, boot_id a UUIDv7, bounded sizes): the
+// SDK's hello_field_problem (fleetlink/limits.hpp), its sentence.
 std::optional<std::string> hello_problem(const msg::Hello& hello);
 
 // `identity` is empty when the listener does not authenticate (plain ws, bench/dev).

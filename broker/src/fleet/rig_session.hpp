@@ -73,6 +73,7 @@ struct RigSession {
   bool authenticated;                // TLS with a client certificate: the HELLO's rig_id is checked against it
   bool registered = false;           // owns the rig's entry in the registry
   bool claiming = false;             // its HELLO's fleet-wide claim is on its way (Redis)
+  bool awaiting_probe = false;       // its HELLO waits for the probe of the rig's other connection (bounded by the pong timeout)
   std::uint32_t serial = 0;          // this broker's number for the connection: answers that come later find it by it
   bool rx_paused = false;            // reading stopped by the inbound rate limit
   OutboundFlags outbound;

@@ -159,7 +159,7 @@ void BrokerObserver::superseded_elsewhere(const RigSession& s, std::string_view 
 }
 
 void BrokerObserver::probing(const RigSession& old) {
-  FL_INFO("rig=%s same boot_id reconnected: probing its old connection now", rig_of(old));
+  FL_INFO("rig=%s another connection says HELLO: probing the current one now", rig_of(old));
 }
 
 void BrokerObserver::rig_registered(const RigSession& /*s*/) { ++metrics_.rigs_registered; }

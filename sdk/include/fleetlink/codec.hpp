@@ -9,6 +9,7 @@
 
 #include "fleetlink/export.hpp"
 #include "fleetlink/expected.hpp"
+#include "fleetlink/limits.hpp"
 #include "fleetlink/messages.hpp"
 
 namespace fleetlink {
@@ -17,16 +18,7 @@ struct DecodeOptions {
   std::size_t max_frame_bytes = kDefaultMaxFrameBytes;
 };
 
-// Field limits enforced by decode() and validate(); docs/PROTOCOL.md lists them per field.
-inline constexpr std::size_t kMaxIdBytes = 64;          // rig_id, kind, kinds[i], event name: [A-Za-z0-9._-]+
-inline constexpr std::size_t kMaxBrokerIdBytes = 255;   // broker_id (a host name): [A-Za-z0-9._-]+
-inline constexpr std::size_t kMaxVersionBytes = 64;     // agent_version
-inline constexpr std::size_t kMaxKinds = 32;            // hello.kinds entries
-inline constexpr std::size_t kMaxMapEntries = 64;       // labels, args, event fields
-inline constexpr std::size_t kMaxMapKeyBytes = 64;      // map keys (non-empty)
-inline constexpr std::size_t kMaxMapValueBytes = 4096;  // map values
-inline constexpr std::size_t kMaxDetailBytes = 4096;    // nack/result detail
-inline constexpr std::size_t kMaxReasonBytes = 256;     // goaway reason
+// Field limits enforced by decode() and validate(): fleetlink/limits.hpp.
 
 FLEETLINK_API Bytes encode(const Message& m);
 // Appends the encoded frame to `out` (a sender that keeps room in front of its

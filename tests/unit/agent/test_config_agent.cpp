@@ -8,6 +8,7 @@
 #include <random>
 
 #include "config.hpp"
+#include "fleetlink/limits.hpp"
 
 using namespace fleetlink::agent;
 namespace fs = std::filesystem;
@@ -251,4 +252,54 @@ TEST_CASE("token-file: readable, a JWT, not readable by others") {
   CHECK(any_contains(validate_config(base(junk.string()).config, {false}).errors, "does not hold a JWT"));
   fs::permissions(good, fs::perms::others_read, fs::perm_options::add);
   CHECK(any_contains(validate_config(base(good.string()).config, {false}).warnings, "readable by other users"));
+}
+
+// Every HELLO field the configuration sets is checked with the broker's own rules
+// (fleetlink/limits.hpp): one error naming the key and the field per limit.
+TEST_CASE("the HELLO a configuration makes: every limit the broker applies") {
+  AgentConfig c;
+  c.rig_id = "rig-a";
+  c.from_command_line = {"label", "allow", "rig-id"};
+  auto problem = [&](const std::vector<std::string>& kinds = {}) { return hello_config_problem(c, kinds); };
+  CHECK(problem({"dmesg", "reboot"}).empty());
+
+  SUBCASE("a label value over 256 bytes") {
+    c.labels = {"site=" + std::string(fleetlink::kMaxLabelValueBytes, 'x')};
+    CHECK(problem().empty());
+    c.labels = {"site=" + std::string(fleetlink::kMaxLabelValueBytes + 1, 'x')};
+    CHECK(problem() == "--label: the broker would refuse this rig's HELLO (4400): labels 'site': value longer than 256 bytes");
+    CHECK(any_contains(validate_config(c).errors, "labels 'site': value longer than 256 bytes"));
+  }
+  SUBCASE("more than 64 labels") {
+    for (std::size_t i = 0; i <= fleetlink::kMaxMapEntries; ++i) c.labels.push_back("k" + std::to_string(i) + "=v");
+    CHECK(problem().find("--label: ") == 0);
+    CHECK(problem().find("labels: more than 64 entries") != std::string::npos);
+  }
+  SUBCASE("a label key over 64 bytes") {
+    c.labels = {std::string(fleetlink::kMaxMapKeyBytes + 1, 'k') + "=v"};
+    CHECK(problem().find("--label: ") == 0);
+    CHECK(problem().find("must be 1..64 bytes") != std::string::npos);
+  }
+  SUBCASE("a label value that is not UTF-8") {
+    c.labels = {"k=\xff"};
+    CHECK(problem().find("value not valid UTF-8") != std::string::npos);
+  }
+  SUBCASE("more than 32 kinds: named after allow, or the plugin directory") {
+    std::vector<std::string> kinds;
+    for (std::size_t i = 0; i < fleetlink::kMaxKinds; ++i) kinds.push_back("k" + std::to_string(i));
+    CHECK(problem(kinds).empty());
+    kinds.push_back("one-more");
+    c.allow = kinds;
+    CHECK(problem(kinds) == "--allow: the broker would refuse this rig's HELLO (4400): kinds: more than 32 entries");
+    c.allow.clear();
+    CHECK(problem(kinds).find("--plugin-dir (with the suites and built-in kinds): ") == 0);
+  }
+  SUBCASE("a kind the protocol cannot carry") {
+    CHECK(problem({"my plugin"}).find("kinds: only [A-Za-z0-9._-] allowed") != std::string::npos);
+  }
+  SUBCASE("rig id") {
+    c.rig_id = std::string(fleetlink::kMaxIdBytes + 1, 'r');
+    CHECK(problem().find("--rig-id: ") == 0);
+    CHECK(problem().find("rig_id: must be 1..64 characters") != std::string::npos);
+  }
 }

@@ -357,6 +357,65 @@ TEST_CASE("result.interrupted: optional, written last, a bool; a RESULT from an 
   CHECK(decode_error(as_int) == Errc::bad_field);
 }
 
+TEST_CASE("hello_field_problem: one rule per limit, naming the field") {
+  auto problem = [](const msg::Hello& h) { return hello_field_problem(h); };
+  const msg::Hello good{"rig-1", "1.0", test::kBootId, {{"lab", "b2"}}, {"dmesg", "suite"}};
+  CHECK_FALSE(problem(good));
+  CHECK(validate(good));
+  auto field_of = [&](msg::Hello h) {
+    const auto p = problem(h);
+    REQUIRE(p);
+    CHECK(p->text.starts_with(p->field));  // the sentence starts with what it is about
+    // The codec refuses the same HELLO with the same words.
+    const auto decoded = decode(encode(h));
+    REQUIRE_FALSE(decoded);
+    CHECK(decoded.error().detail == p->text);
+    CHECK(decoded.error().code == p->code);
+    return p->field;
+  };
+  msg::Hello h = good;
+  h.rig_id = std::string(kMaxIdBytes + 1, 'r');
+  CHECK(field_of(h) == "rig_id");
+  h.rig_id = std::string(kMaxIdBytes, 'r');
+  CHECK_FALSE(problem(h));
+  h.rig_id = "rig/1";
+  CHECK(field_of(h) == "rig_id");
+  h = good;
+  h.agent_version = std::string(kMaxVersionBytes + 1, 'v');
+  CHECK(field_of(h) == "agent_version");
+  h = good;
+  h.boot_id = "6f1c1a52-1b0e-4d4e-9a6c-0e1a2b3c4d5e";  // a UUID, version 4: not time-ordered
+  CHECK(field_of(h) == "boot_id");
+  CHECK(problem(h)->code == Errc::bad_field);
+  h = good;
+  h.labels.clear();
+  for (std::size_t i = 0; i < kMaxMapEntries; ++i) h.labels["k" + std::to_string(i)] = "v";
+  CHECK_FALSE(problem(h));
+  h.labels["one-more"] = "v";
+  CHECK(field_of(h) == "labels");
+  CHECK(problem(h)->code == Errc::too_large);
+  h = good;
+  h.labels = {{std::string(kMaxMapKeyBytes + 1, 'k'), "v"}};
+  CHECK(field_of(h) == "labels");
+  h.labels = {{"", "v"}};
+  CHECK(field_of(h) == "labels");
+  h.labels = {{"k", std::string(kMaxLabelValueBytes + 1, 'v')}};
+  CHECK(field_of(h) == "labels");
+  CHECK(problem(h)->text == "labels 'k': value longer than 256 bytes");
+  h.labels = {{"k", std::string(kMaxLabelValueBytes, 'v')}};
+  CHECK_FALSE(problem(h));
+  h = good;
+  h.kinds.assign(kMaxKinds, "k");
+  CHECK_FALSE(problem(h));
+  h.kinds.push_back("k");
+  CHECK(field_of(h) == "kinds");
+  CHECK(problem(h)->code == Errc::too_large);
+  h.kinds = {"ok", "not ok"};
+  CHECK(field_of(h) == "kinds");
+  h.kinds = {std::string(kMaxIdBytes + 1, 'k')};
+  CHECK(field_of(h) == "kinds");
+}
+
 TEST_CASE("field limits") {
   auto bad = [](Message m) {
     const auto r = decode(encode(m));
@@ -382,6 +441,11 @@ TEST_CASE("field limits") {
   CHECK(bad(h) == Errc::too_large);
   h.labels = {{"k", std::string(kMaxMapValueBytes + 1, 'v')}};
   CHECK(bad(h) == Errc::too_large);
+  // A label's value is bounded tighter than a command's args (kMaxLabelValueBytes).
+  h.labels = {{"k", std::string(kMaxLabelValueBytes + 1, 'v')}};
+  CHECK(bad(h) == Errc::too_large);
+  h.labels = {{"k", std::string(kMaxLabelValueBytes, 'v')}};
+  CHECK(bad(h) == Errc::ok);
   h.labels = {{"k", "\xff\xfe"}};
   CHECK(bad(h) == Errc::bad_field);  // not UTF-8
   h.labels = {{"k", "gr\xc3\xbc\xc3\x9f"}};

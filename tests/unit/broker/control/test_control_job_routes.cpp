@@ -352,6 +352,13 @@ TEST_CASE("jobs api: POST /v1/jobs/{id}/cancel: 202 with the job, 404 unknown, 4
   CHECK(j["rigs"][0]["state"] == "running");
   CHECK(f.fleet.cancelled == std::vector<std::string>{cmd});
   CHECK(f.fleet.persisted == persisted + 1);
+  // Asked again while its command is ending: 409 cancel_pending, nothing cancelled again.
+  r = f.call("POST", "/v1/jobs/" + id + "/cancel");
+  CHECK(r.status == 409);
+  CHECK(body_of(r)["error"] == "cancel_pending");
+  CHECK(body_of(r)["state"] == "running");
+  CHECK(body_of(r)["cancelled_at"] == j["cancelled_at"]);
+  CHECK(f.fleet.cancelled == std::vector<std::string>{cmd});
   f.fleet.commands[cmd].state = CommandState::cancelled;
   f.jobs.command_finished(f.fleet, cmd, kNow + 1);
   CHECK(body_of(f.call("GET", "/v1/jobs/" + id))["state"] == "cancelled");

@@ -576,8 +576,8 @@ TEST_CASE("jobs: cancel skips the pending rigs, cancels the commands in flight, 
   const auto saved = job_from_record(store.jobs.at("job-c"), true);
   REQUIRE(saved);
   CHECK(saved->cancelled_at_ms == kT0 + 1000);
-  // Asked again while it ends: the same answer, nothing sent twice.
-  CHECK(table.cancel(f, "job-c", kT0 + 1500) == JobCancel::cancelled);
+  // Asked again while it ends: cancel_pending (409 on the API), nothing sent twice.
+  CHECK(table.cancel(f, "job-c", kT0 + 1500) == JobCancel::pending);
   CHECK(f.cancelled.size() == 2);
   // A command's end starts nothing more.
   set_state(f, j.rigs[0].cmd_id, CommandState::cancelled, "cancelled by the operator");

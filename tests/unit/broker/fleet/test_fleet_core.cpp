@@ -62,50 +62,103 @@ TEST_CASE("hello: a rig_id that is not the certificate's identity is closed 4401
   CHECK(t.phase == SessionPhase::live);
 }
 
-TEST_CASE("hello: a second connection while the first is healthy is refused 4409, and the old one probed") {
+// A HELLO for a rig connected here, whatever its boot_id (the same agent, a
+// restarted one, or a cloned configuration on a second machine): the current
+// connection is pinged and the newcomer waits for the verdict.
+struct Collision {
+  explicit Collision(FleetSettings settings = {}) : f(settings) {}
   CoreFixture f;
-  const std::string boot = uuid_v7().to_string();
-  RigSession& old = f.live_rig("rig-1", boot);
-  RigSession& dup = f.connect();
-  f.send(dup, CoreFixture::hello_for("rig-1", boot));
-  REQUIRE(f.transport.close_of(dup));
-  CHECK(f.transport.close_of(dup)->code == CloseCode::duplicate_connection);
-  CHECK_FALSE(f.transport.close_of(old));
-  // Same boot_id: the agent says it reconnected, so its old socket is pinged now.
-  const std::vector<Outgoing> probe = f.frames(old);
-  REQUIRE(probe.size() == 1);
-  CHECK(probe[0].kind == OutboundKind::ping);
-  // The probe's pong is due: unanswered, the next sweeps count misses on the old connection.
-  f.clock.advance(f.settings.keepalive.pong_timeout_ms);
-  for (int i = 0; i < 200; ++i) f.core->sweep();
-  CHECK(old.keepalive.missed >= 1);
-  CHECK(f.core->rig("rig-1")->state == "unresponsive");
+  RigSession* old = nullptr;
+  RigSession* fresh = nullptr;
+  void start(const std::string& old_boot, const std::string& new_boot) {
+    old = &f.live_rig("rig-1", old_boot);
+    fresh = &f.connect();
+    f.send(*fresh, CoreFixture::hello_for("rig-1", new_boot));
+  }
+};
+
+TEST_CASE("hello collision: the old connection is probed and the newcomer waits, whatever the boot_id") {
+  for (const bool newer : {true, false}) {
+    CAPTURE(newer);
+    Collision c;
+    const std::string first = uuid_v7().to_string();
+    const std::string second = uuid_v7().to_string();
+    c.start(newer ? first : second, newer ? second : first);
+    CHECK_FALSE(c.f.transport.close_of(*c.fresh));
+    CHECK_FALSE(c.f.transport.close_of(*c.old));
+    CHECK(c.fresh->phase == SessionPhase::awaiting_hello);  // no WELCOME yet
+    const std::vector<Outgoing> probe = c.f.frames(*c.old);
+    REQUIRE(probe.size() == 1);
+    CHECK(probe[0].kind == OutboundKind::ping);
+    // The old one answers: alive, so the newcomer is refused 4409 and nothing changes.
+    c.f.core->on_pong(*c.old);
+    REQUIRE(c.f.transport.close_of(*c.fresh));
+    CHECK(c.f.transport.close_of(*c.fresh)->code == CloseCode::duplicate_connection);
+    CHECK_FALSE(c.f.transport.close_of(*c.old));
+    CHECK(c.f.core->rig("rig-1")->boot_id == (newer ? first : second));
+  }
 }
 
-TEST_CASE("hello: a newer boot_id supersedes the old connection, closed 4410") {
-  CoreFixture f;
+TEST_CASE("hello collision: no pong within the pong timeout supersedes the old one (4410), the newcomer is admitted") {
+  FleetSettings settings;
+  settings.keepalive.pong_timeout_ms = 300;
+  settings.hello_timeout_ms = 200;  // shorter than the probe: a waiting HELLO is not a missing one
+  Collision c(settings);
   const std::string old_boot = uuid_v7().to_string();
-  RigSession& old = f.live_rig("rig-1", old_boot);
   const std::string new_boot = uuid_v7().to_string();
-  RigSession& fresh = f.connect();
-  f.send(fresh, CoreFixture::hello_for("rig-1", new_boot));
-  REQUIRE(f.transport.close_of(old));
-  CHECK(f.transport.close_of(old)->code == CloseCode::superseded);
-  CHECK(fresh.phase == SessionPhase::live);
-  CHECK(f.core->rig("rig-1")->boot_id == new_boot);
-  f.closed(old);  // the old socket going away must not take the new registration with it
-  CHECK(f.core->rig("rig-1")->boot_id == new_boot);
+  c.start(old_boot, new_boot);
+  c.f.clock.advance(299);
+  for (int i = 0; i < 50; ++i) c.f.core->sweep();
+  CHECK_FALSE(c.f.transport.close_of(*c.fresh));
+  CHECK_FALSE(c.f.transport.close_of(*c.old));
+  c.f.clock.advance(1);
+  c.f.core->sweep();
+  REQUIRE(c.f.transport.close_of(*c.old));
+  CHECK(c.f.transport.close_of(*c.old)->code == CloseCode::superseded);
+  CHECK_FALSE(c.f.transport.close_of(*c.fresh));
+  CHECK(c.fresh->phase == SessionPhase::live);
+  CHECK(c.f.core->rig("rig-1")->boot_id == new_boot);
+  c.f.closed(*c.old);  // the old socket going away must not take the new registration with it
+  CHECK(c.f.core->rig("rig-1")->boot_id == new_boot);
+  // A late pong from the old socket changes nothing.
+  CHECK(c.f.core->rig("rig-1")->state == "connected");
 }
 
-TEST_CASE("hello: an older boot_id than the live one is refused 4409") {
-  CoreFixture f;
-  const std::string older = uuid_v7().to_string();
-  const std::string newer = uuid_v7().to_string();
-  f.live_rig("rig-1", newer);
-  RigSession& stale = f.connect();
-  f.send(stale, CoreFixture::hello_for("rig-1", older));
-  REQUIRE(f.transport.close_of(stale));
-  CHECK(f.transport.close_of(stale)->code == CloseCode::duplicate_connection);
+TEST_CASE("hello collision: the old connection closing (a reboot: its peer is gone) lets the newcomer in at once") {
+  Collision c;
+  const std::string new_boot = uuid_v7().to_string();
+  c.start(uuid_v7().to_string(), new_boot);
+  CHECK_FALSE(c.f.transport.close_of(*c.fresh));
+  c.f.closed(*c.old);  // the probe met a reset: the socket is gone
+  CHECK_FALSE(c.f.transport.close_of(*c.fresh));
+  CHECK(c.fresh->phase == SessionPhase::live);
+  CHECK(c.f.core->rig("rig-1")->boot_id == new_boot);
+}
+
+TEST_CASE("hello collision: an old connection that already missed a pong is superseded at once") {
+  Collision c;
+  RigSession& old = c.f.live_rig("rig-1");
+  old.keepalive.missed = 1;
+  RigSession& fresh = c.f.connect();
+  c.f.send(fresh, CoreFixture::hello_for("rig-1", uuid_v7().to_string()));
+  REQUIRE(c.f.transport.close_of(old));
+  CHECK(c.f.transport.close_of(old)->code == CloseCode::superseded);
+  CHECK(fresh.phase == SessionPhase::live);
+}
+
+TEST_CASE("hello collision: one newcomer at a time; a newcomer that leaves frees the old one from the verdict") {
+  Collision c;
+  c.start(uuid_v7().to_string(), uuid_v7().to_string());
+  RigSession& third = c.f.connect();
+  c.f.send(third, CoreFixture::hello_for("rig-1", uuid_v7().to_string()));
+  REQUIRE(c.f.transport.close_of(third));
+  CHECK(c.f.transport.close_of(third)->code == CloseCode::duplicate_connection);
+  // The waiting newcomer goes away: the probe's timeout does not close the old one.
+  c.f.closed(*c.fresh);
+  c.f.clock.advance(c.f.settings.keepalive.pong_timeout_ms);
+  c.f.core->sweep();
+  const bool superseded = c.f.transport.close_of(*c.old) && c.f.transport.close_of(*c.old)->code == CloseCode::superseded;
+  CHECK_FALSE(superseded);
 }
 
 TEST_CASE("hello: no HELLO within the hello timeout is closed 4008") {
@@ -452,18 +505,63 @@ TEST_CASE("drain: GOAWAY after the commands, delays within the window; hello-les
   CHECK(f.drained == 1);
 }
 
-TEST_CASE("drain: ends at the deadline even with rigs left") {
+TEST_CASE("drain: at the deadline the rigs left are closed 1001, then it ends") {
   FleetSettings settings;
   settings.drain_deadline_ms = 2000;
   CoreFixture f(settings);
-  f.live_rig("rig-a");
+  RigSession& a = f.live_rig("rig-a");
+  RigSession& b = f.live_rig("rig-b");
   f.core->start_drain(std::chrono::milliseconds(500));
   f.clock.advance(1999);
   f.core->sweep();
   CHECK(f.drained == 0);
+  CHECK_FALSE(f.transport.close_of(a));
   f.clock.advance(1);
   f.core->sweep();
-  CHECK(f.drained == 1);
+  // A close frame for each, not a socket that vanishes with the process (1006).
+  REQUIRE(f.transport.close_of(a));
+  CHECK(f.transport.close_of(a)->code == CloseCode::going_away);
+  REQUIRE(f.transport.close_of(b));
+  CHECK(f.transport.close_of(b)->code == CloseCode::going_away);
+  CHECK(f.drained == 0);  // the closes get a moment to leave
+
+  SUBCASE("both closes done: it ends at once") {
+    f.closed(a);
+    CHECK(f.drained == 0);
+    f.closed(b);
+    CHECK(f.drained == 1);
+  }
+  SUBCASE("a rig that never lets its close finish: it ends after the flush time anyway") {
+    f.closed(a);
+    f.clock.advance(kDrainCloseFlushMs - 1);
+    f.core->sweep();
+    CHECK(f.drained == 0);
+    f.clock.advance(1);
+    f.core->sweep();
+    CHECK(f.drained == 1);
+  }
+}
+
+TEST_CASE("drain: the deadline follows the drain's own window") {
+  // 0 (the default): each drain's window + 5 s, also a window asked for through the API.
+  CHECK(drain_deadline(0, 1000) == 6000);
+  CHECK(drain_deadline(0, 60000) == 65000);
+  // Configured: used as given, but never before the window + 1 s.
+  CHECK(drain_deadline(15000, 1000) == 15000);
+  CHECK(drain_deadline(15000, 30000) == 31000);
+  CHECK(drain_deadline(0, UINT32_MAX) == UINT32_MAX);
+
+  FleetSettings settings;  // drain_deadline_ms 0
+  CoreFixture f(settings);
+  RigSession& a = f.live_rig("rig-a");
+  f.core->start_drain(std::chrono::milliseconds(1000));
+  f.clock.advance(5999);
+  f.core->sweep();
+  CHECK_FALSE(f.transport.close_of(a));
+  f.clock.advance(1);
+  f.core->sweep();
+  REQUIRE(f.transport.close_of(a));
+  CHECK(f.transport.close_of(a)->code == CloseCode::going_away);
 }
 
 TEST_CASE("frame errors: each kind of bad frame has its close code") {

@@ -53,8 +53,15 @@ TEST_CASE("frame errors: the decode error -> close code table") {
   CHECK(code(Errc::truncated, false).code == CloseCode::malformed);
   CHECK(code(Errc::missing_field, true).code == CloseCode::malformed);
   CHECK(code(Errc::bad_field, true).code == CloseCode::malformed);
-  CHECK(code(Errc::bad_field, true).reason == "malformed frame: bad_field");
-  CHECK(code(Errc::too_large, true).code == CloseCode::message_too_big);
+  CHECK(code(Errc::bad_field, true).reason == "malformed frame: x");  // the decoder's sentence
+  CHECK(decode_fault(Error{Errc::bad_field, ""}, true, Strictness::lenient).reason == "malformed frame: bad_field");
+  // A field or container over its limit in a frame under max_frame_bytes is
+  // malformed content (4400), never 1009: that is for the frame's own size.
+  CHECK(code(Errc::too_large, true).code == CloseCode::malformed);
+  CHECK(code(Errc::too_large, false).code == CloseCode::malformed);
+  CHECK(decode_fault(Error{Errc::too_large, "rig_id: must be 1..64 characters"}, false, Strictness::lenient).reason ==
+        "malformed frame: rig_id: must be 1..64 characters");
+  CHECK(decode_fault(Error{Errc::too_large, "a\x01\xff" "b"}, false, Strictness::lenient).reason == "malformed frame: a??b");
   CHECK(code(Errc::unsupported_version, false).code == CloseCode::unsupported_version);
   CHECK_FALSE(code(Errc::unknown_type, true).close);
   CHECK(code(Errc::unknown_type, true, Strictness::strict).code == CloseCode::unknown_type);

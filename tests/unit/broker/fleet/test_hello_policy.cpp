@@ -49,27 +49,24 @@ TEST_CASE("hello: invalid fields are malformed (4400)") {
   CHECK(close_code_for(HelloVerdict::reject_malformed) == CloseCode::malformed);
 }
 
-TEST_CASE("hello: existing live healthy connection refuses the new one (4409)") {
+TEST_CASE("hello: an existing connection that may be alive is probed first, whatever the boot_id") {
   auto older = uuid_v7_at(1'700'000'000'000).to_string();
   auto newer = uuid_v7_at(1'700'000'001'000).to_string();
-  // Same boot, healthy: a clone or a half-open old socket not yet detected.
-  auto d = decide_hello(hello("rig-1", older), cert("rig-1"), ExistingConnection{older, false, 0});
-  CHECK(d.verdict == HelloVerdict::reject_duplicate);
-  CHECK(close_code_for(d.verdict) == CloseCode::duplicate_connection);
-  // An older boot trying to displace a newer live one is refused too.
-  CHECK(decide_hello(hello("rig-1", older), cert("rig-1"), ExistingConnection{newer, false, 0}).verdict ==
-        HelloVerdict::reject_duplicate);
+  // Same boot, an older one, a newer one (a cloned configuration starts with a newer
+  // boot_id): never taken over on the boot_id's word.
+  for (const auto& [mine, theirs] : {std::pair{older, older}, std::pair{older, newer}, std::pair{newer, older}}) {
+    auto d = decide_hello(hello("rig-1", mine), cert("rig-1"), ExistingConnection{theirs, false, 0});
+    CHECK(d.verdict == HelloVerdict::probe_existing);
+  }
+  CHECK(close_code_for(HelloVerdict::reject_duplicate) == CloseCode::duplicate_connection);
 }
 
-TEST_CASE("hello: stale existing entry is superseded (old closed 4410)") {
+TEST_CASE("hello: an existing connection that missed a pong is superseded (old closed 4410)") {
   auto older = uuid_v7_at(1'700'000'000'000).to_string();
   auto newer = uuid_v7_at(1'700'000'001'000).to_string();
-  auto d = decide_hello(hello("rig-1", newer), cert("rig-1"), ExistingConnection{older, false, 0});
+  auto d = decide_hello(hello("rig-1", older), cert("rig-1"), ExistingConnection{older, false, 1});
   CHECK(d.verdict == HelloVerdict::supersede_existing);
   CHECK(close_code_for(d.verdict) == CloseCode::superseded);
-  // Same boot but the old connection missed a pong: it is dead, take over.
-  CHECK(decide_hello(hello("rig-1", older), cert("rig-1"), ExistingConnection{older, false, 1}).verdict ==
-        HelloVerdict::supersede_existing);
   // Old already closing: plain accept.
   CHECK(decide_hello(hello("rig-1", older), cert("rig-1"), ExistingConnection{newer, true, 0}).verdict ==
         HelloVerdict::accept);
