@@ -469,18 +469,18 @@ struct Checker {
   void artifacts(const std::vector<msg::ArtifactRef>& list) {
     if (error) return;
     if (list.size() > kMaxArtifactsPerResult) {
-      fail(Errc::too_large, "artifacts: more than " + std::to_string(kMaxArtifactsPerResult) + " entries");
+      fail(Errc::too_large, "artifacts", "artifacts: more than " + std::to_string(kMaxArtifactsPerResult) + " entries");
       return;
     }
     for (std::size_t i = 0; i < list.size() && !error; ++i) {
       if (!valid_artifact_name(list[i].name)) {
-        fail(Errc::bad_field, "artifacts: name must be 1.." + std::to_string(kMaxArtifactNameBytes) +
+        fail(Errc::bad_field, "artifacts", "artifacts: name must be 1.." + std::to_string(kMaxArtifactNameBytes) +
                                   " of [A-Za-z0-9._-], not starting with '.'");
       } else if (!valid_sha256_hex(list[i].sha256)) {
-        fail(Errc::bad_field, "artifacts: sha256 must be 64 lower-case hex digits");
+        fail(Errc::bad_field, "artifacts", "artifacts: sha256 must be 64 lower-case hex digits");
       }
       for (std::size_t j = 0; j < i && !error; ++j) {
-        if (list[j].name == list[i].name) fail(Errc::bad_field, "artifacts: name " + list[i].name + " twice");
+        if (list[j].name == list[i].name) fail(Errc::bad_field, "artifacts", "artifacts: name " + list[i].name + " twice");
       }
     }
   }
