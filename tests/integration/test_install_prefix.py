@@ -55,14 +55,18 @@ class InstallPrefix(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def assert_all_under(self, paths, root, log):
+    def assert_all_under(self, paths, root, log, destdir=""):
         self.assertTrue(paths, f"the install reported no file:\n{log[-3000:]}")
         outside = [p for p in paths if not os.path.realpath(p).startswith(root + os.sep)]
         self.assertEqual(outside, [], f"installed outside {root}")
-        # The manifest (install_manifest.txt) agrees.
+        # The manifest (install_manifest.txt, whose paths leave DESTDIR out) agrees.
         manifest = os.path.join(BUILD_DIR, "install_manifest.txt")
         listed = read(manifest).split("\n") if os.path.isfile(manifest) else []
-        self.assertEqual(sorted(p for p in listed if p), sorted(set(paths)))
+        listed = {destdir + p for p in listed if p}
+        self.assertTrue(listed, f"empty {manifest}")
+        self.assertEqual(sorted(listed - set(paths)), [], f"in {manifest}, not reported by the install")
+        files = {p for p in paths if not os.path.isdir(p)}  # the manifest lists files only
+        self.assertEqual(sorted(files - listed), [], f"installed, missing from {manifest}")
 
     def test_local_prefix_keeps_everything_under_it(self):
         prefix = os.path.realpath(os.path.join(self.tmp, "x"))
@@ -93,7 +97,7 @@ class InstallPrefix(unittest.TestCase):
     def test_destdir_with_the_package_prefix(self):
         destdir = os.path.realpath(os.path.join(self.tmp, "destdir"))
         paths, log = install(["-DCMAKE_INSTALL_PREFIX=/usr"], env={"DESTDIR": destdir})
-        self.assert_all_under(paths, destdir, log)
+        self.assert_all_under(paths, destdir, log, destdir=destdir)
         installed = set(paths)
         # The packages' layout: /etc for configs (the prefix is /usr), units in /usr/lib.
         for path in ("/etc/fleetlink/agent.conf", "/etc/fleetlink/broker.conf",
