@@ -447,12 +447,10 @@ class DebianPackages(unittest.TestCase):
             self.assertFalse([c for c in calls if c.startswith("systemctl")], calls)
             if os.path.isdir("/run/systemd/system"):
                 self.assertIn(f"deb-systemd-invoke stop {pkg}.service", calls)
-            if os.access("/usr/bin/deb-systemd-helper", os.X_OK):
-                calls = self.run_script_with_stubs(pkg, "postrm", "remove")
-                self.assertIn(f"deb-systemd-helper mask {pkg}.service", calls)
+            calls = self.run_script_with_stubs(pkg, "postrm", "remove")
+            self.assertIn(f"deb-systemd-helper mask {pkg}.service", calls)
             calls = self.run_script_with_stubs(pkg, "postrm", "purge")
-            if os.access("/usr/bin/deb-systemd-helper", os.X_OK):
-                self.assertIn(f"deb-systemd-helper purge {pkg}.service", calls)
+            self.assertIn(f"deb-systemd-helper purge {pkg}.service", calls)
             # The user and the agent's state survive a purge.
             self.assertFalse([c for c in calls if re.match(r"(deluser|userdel|rm) ", c)], calls)
 
