@@ -287,7 +287,9 @@ class DebianPackages(unittest.TestCase):
 
         def gensymbols(symbols_file, level):
             return subprocess.run(
-                ["dpkg-gensymbols", f"-p{LIBRARY}", f"-v{self.version}", f"-e{lib}",
+                # A version after every recorded one: dpkg-gensymbols forgives the loss
+                # of a symbol the current version itself introduced.
+                ["dpkg-gensymbols", f"-p{LIBRARY}", f"-v{self.version}+abi.check", f"-e{lib}",
                  f"-I{symbols_file}", f"-O{os.path.join(self.tmp, 'symbols.out')}", f"-c{level}"],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120,
                 cwd=self.tmp)
@@ -624,7 +626,7 @@ class DebianPackages(unittest.TestCase):
                 self.assert_has(pkg, page)
                 text = run(["sh", "-c", f"gzip -dc '{self.packaged(page)}'"])
                 self.assertRegex(text, rf"(?m)^\.TH {re.escape(prog.upper())} \"?1", page)
-                self.assertIn("--help", text, page)  # the options are in it
+                self.assertRegex(text, r"\\-\\-[a-z]", page)  # the options are in it
 
     def test_copyright_and_changelog_in_every_package(self):
         for pkg in PACKAGES:
