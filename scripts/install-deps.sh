@@ -14,8 +14,9 @@ packages=(
   python3 python3-msgpack python3-websockets redis-server procps util-linux
   # the dashboard's browser test (tests/browser): headless chromium, driven by playwright-core
   chromium
-  # packaging
-  dpkg-dev file rpm
+  # packaging: building and checking the .debs (man pages from --help, lintian),
+  # the source RPM and its spec (rpmlint)
+  dpkg-dev file rpm help2man lintian rpmlint
   # CI installs the .deb packages into a fresh Debian root (packaging/check-install-in-chroot)
   debootstrap
 )

@@ -1,9 +1,18 @@
-"""Packaging: cpack turns the build tree into the four Debian packages (and the
-RPMs when rpmbuild is installed), and what is inside them is what an operator
-installs: binaries, the shared library with its SONAME links, headers and CMake
-/pkg-config files, systemd units, default configs marked as conffiles, maintainer
-scripts, and the dependencies that dpkg-shlibdeps cannot see (the libwebsockets
-libuv plugin).
+"""Packaging: cpack turns the build tree into the four Debian packages (and a
+-dbgsym package of debug info for each binary one), and what is inside them is
+what an operator installs: stripped binaries, the shared library with its SONAME
+links, headers and CMake/pkg-config files, systemd units, default configs marked
+as conffiles, maintainer scripts, man pages, copyright and changelog, and the
+dependencies that dpkg-shlibdeps cannot see (the libwebsockets libuv plugin).
+
+lintian reports no error on any of them (its warnings are the ones
+docs/OPERATIONS.md lists, each with its reason), the binaries carry the hardening
+flags, and dpkg-gensymbols checks the library against its symbols file
+(packaging/deb/libfleetlink0.symbols): a symbol that disappears is an ABI break.
+
+RPMs are built from source by packaging/rpm/fleetlink.spec on the RPM
+distribution; here its source RPM is built (rpmbuild -bs) and rpmlint reports no
+error on the spec or the source RPM. CPack makes no RPM.
 
 The default configs are also checked against the real programs: every option a
 daemon's --help lists is documented in its config file and every key documented
@@ -29,7 +38,15 @@ BUILD_DIR = harness.BUILD_DIR
 SOURCE_DIR = harness.SOURCE_DIR
 CPACK_CONFIG = os.path.join(BUILD_DIR, "CPackConfig.cmake")
 
-PACKAGES = ("libfleetlink", "libfleetlink-dev", "fleetlink-agent", "fleetlink-broker")
+LIBRARY = "libfleetlink0"  # named after the SONAME libfleetlink.so.0
+PACKAGES = (LIBRARY, "libfleetlink-dev", "fleetlink-agent", "fleetlink-broker")
+BINARY_PACKAGES = (LIBRARY, "fleetlink-agent", "fleetlink-broker")  # each has a -dbgsym
+PROGRAMS = {"fleetlink-agent": ("fleetlink-agent",),
+            "fleetlink-broker": ("fleetlink-broker", "fleetctl", "fleetlink-lab-ca")}
+SYMBOLS_FILE = os.path.join(SOURCE_DIR, "packaging", "deb", "libfleetlink0.symbols")
+OPERATIONS_MD = os.path.join(SOURCE_DIR, "docs", "OPERATIONS.md")
+SPEC = os.path.join(SOURCE_DIR, "packaging", "rpm", "fleetlink.spec")
+RPMLINT_CONFIG = os.path.join(SOURCE_DIR, "packaging", "rpm", "rpmlint.toml")
 LWS_DEPENDS = ("libwebsockets17", "libwebsockets-evlib-uv")
 # Options that are not settings, so the config files do not list them.
 NOT_CONFIG_KEYS = {"help", "config", "version", "check-config", "hash-token"}  # actions, not settings
@@ -131,11 +148,20 @@ def write_uncommented(conf_path, out_path, replace):
                     out.write(f"{key} = {item}\n")
 
 
-@unittest.skipUnless(shutil.which("cpack") and shutil.which("dpkg-deb"), "cpack/dpkg-deb missing")
-@unittest.skipUnless(os.path.isfile(CPACK_CONFIG), f"no {CPACK_CONFIG} (configure the build first)")
+def require_tools(*tools):
+    """A test that cannot run fails, saying what is missing (scripts/install-deps.sh
+    installs every one of these)."""
+    missing = [t for t in tools if not shutil.which(t)]
+    if missing:
+        raise AssertionError(f"missing {', '.join(missing)}: run scripts/install-deps.sh")
+    if not os.path.isfile(CPACK_CONFIG):
+        raise AssertionError(f"no {CPACK_CONFIG}: configure and build {BUILD_DIR} first")
+
+
 class DebianPackages(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
+        require_tools("cpack", "dpkg-deb", "lintian", "dpkg-gensymbols", "readelf", "objdump", "file")
         cls.tmp = tempfile.mkdtemp(prefix="fleetlink-pkg-")
         try:
             cls.build_and_unpack()
@@ -150,6 +176,9 @@ class DebianPackages(unittest.TestCase):
         cls.version = project_version()
         cls.debs, cls.fields, cls.files, cls.control = {}, {}, {}, {}
         cls.root = os.path.join(cls.tmp, "root")
+        cls.ddebs = {}
+        for ddeb in glob.glob(os.path.join(out_dir, "*.ddeb")):
+            cls.ddebs[run(["dpkg-deb", "-f", ddeb, "Package"]).strip()] = ddeb
         for deb in glob.glob(os.path.join(out_dir, "*.deb")):
             name = run(["dpkg-deb", "-f", deb, "Package"]).strip()
             cls.debs[name] = deb
@@ -222,32 +251,76 @@ class DebianPackages(unittest.TestCase):
             self.assertIn("fleetlink", synopsis, name)
             self.assertTrue(os.path.basename(self.debs[name]).startswith(f"{name}_{self.version}-"))
 
-    # ---- libfleetlink ----------------------------------------------------------
+    # ---- libfleetlink0 ---------------------------------------------------------
+    def library_file(self):
+        real = self.find(LIBRARY, r"/libfleetlink\.so\.\d+\.\d+\.\d+$")
+        self.assertEqual(len(real), 1, self.listing(LIBRARY))
+        return real[0]
+
     def test_library_package_has_the_soname_chain(self):
-        real = self.find("libfleetlink", r"/libfleetlink\.so\.\d+\.\d+\.\d+$")
-        self.assertEqual(len(real), 1, self.listing("libfleetlink"))
-        self.assert_has("libfleetlink", real[0], "-")
+        real = [self.library_file()]
+        self.assert_has(LIBRARY, real[0], "-")
         major = re.search(r"\.so\.(\d+)\.", real[0]).group(1)
+        self.assertEqual(LIBRARY, f"libfleetlink{major}", "the package is named after the SONAME")
         soname_link = os.path.join(os.path.dirname(real[0]), f"libfleetlink.so.{major}")
-        _, _, target = self.assert_has("libfleetlink", soname_link, "l")
+        _, _, target = self.assert_has(LIBRARY, soname_link, "l")
         self.assertEqual(target, os.path.basename(real[0]))
         # The SONAME inside the ELF file is the link's name.
         dyn = run(["objdump", "-p", self.packaged(real[0])]) if shutil.which("objdump") else ""
         if dyn:
             self.assertRegex(dyn, rf"SONAME\s+libfleetlink\.so\.{major}\b")
         # The bare .so (for linking) belongs to the -dev package only.
-        self.assertFalse(self.find("libfleetlink", r"/libfleetlink\.so$"))
-        self.assertFalse(self.find("libfleetlink", r"^/usr/include"))
-        shlibs = self.control_file("libfleetlink", "shlibs") or ""
-        self.assertRegex(shlibs, rf"^libfleetlink {major} libfleetlink ")
-        self.assertIn("ldconfig", self.control_file("libfleetlink", "postinst") or "")
+        self.assertFalse(self.find(LIBRARY, r"/libfleetlink\.so$"))
+        self.assertFalse(self.find(LIBRARY, r"^/usr/include"))
+        shlibs = self.control_file(LIBRARY, "shlibs") or ""
+        self.assertRegex(shlibs, rf"^libfleetlink {major} {LIBRARY} ")
+        # ldconfig through a dpkg trigger (lintian: lacks-ldconfig-trigger).
+        self.assertIn("activate-noawait ldconfig", (self.control_file(LIBRARY, "triggers") or "").splitlines())
+
+    def test_library_symbols_file_catches_an_abi_break(self):
+        """The symbols file shipped in libfleetlink0 matches the built library; a
+        symbol that disappears (here: one added to a copy of the file) fails."""
+        shipped = self.control_file(LIBRARY, "symbols") or ""
+        with open(SYMBOLS_FILE) as f:
+            self.assertEqual(shipped, f.read(), "libfleetlink0 ships packaging/deb/libfleetlink0.symbols")
+        lib = self.packaged(self.library_file())
+
+        def gensymbols(symbols_file, level):
+            return subprocess.run(
+                # A version after every recorded one: dpkg-gensymbols forgives the loss
+                # of a symbol the current version itself introduced.
+                ["dpkg-gensymbols", f"-p{LIBRARY}", f"-v{self.version}+abi.check", f"-e{lib}",
+                 f"-I{symbols_file}", f"-O{os.path.join(self.tmp, 'symbols.out')}", f"-c{level}"],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120,
+                cwd=self.tmp)
+
+        # Level 1: no symbol of the file may be missing from the library (an ABI break).
+        out = gensymbols(SYMBOLS_FILE, 1)
+        self.assertEqual(out.returncode, 0, "libfleetlink lost symbols (ABI break: bump the SONAME, "
+                                            "or restore them):\n" + out.stdout[-6000:])
+        # Every exported fleetlink symbol is recorded (new API goes into the file with
+        # the version that added it); compiler-generated std:: instances may vary.
+        api = re.compile(r"^(?:[\w ]+ (?:for|to) )?(?:\S+ )?fleetlink::")  # as update-symbols
+        new = [l for l in out.stdout.splitlines()
+               if l.startswith("+ ") and api.match(run(["c++filt", l[2:].split("@")[0]]).strip())]
+        self.assertEqual(new, [], "symbols exported by libfleetlink but missing from "
+                                  "packaging/deb/libfleetlink0.symbols:\n" + out.stdout[-6000:])
+        # And the check can fail: a symbol the library does not have is an ABI break.
+        broken = os.path.join(self.tmp, "broken.symbols")
+        with open(SYMBOLS_FILE) as f, open(broken, "w") as g:
+            lines = f.read().splitlines()
+            at = next(i for i, l in enumerate(lines) if l.startswith("libfleetlink.so.")) + 1
+            g.write("\n".join(lines[:at] + [" _ZN9fleetlink18removed_in_a_breakEv@Base 0.1.0"] + lines[at:]) + "\n")
+        out = gensymbols(broken, 1)
+        self.assertNotEqual(out.returncode, 0, out.stdout)
+        self.assertIn("removed_in_a_break", out.stdout)
 
     def test_library_depends_on_libwebsockets_and_its_libuv_plugin(self):
-        deps = self.depends("libfleetlink")
+        deps = self.depends(LIBRARY)
         for name in LWS_DEPENDS:
-            self.assertIn(name, deps, self.fields["libfleetlink"]["Depends"])
+            self.assertIn(name, deps, self.fields[LIBRARY]["Depends"])
         for name in ("libc6", "libstdc++6", "libuv1"):  # from dpkg-shlibdeps
-            self.assertIn(name, deps, self.fields["libfleetlink"]["Depends"])
+            self.assertIn(name, deps, self.fields[LIBRARY]["Depends"])
 
     # ---- libfleetlink-dev ------------------------------------------------------
     def test_dev_package_has_headers_namelink_cmake_and_pkgconfig(self):
@@ -264,7 +337,8 @@ class DebianPackages(unittest.TestCase):
         with open(self.packaged(pcs[0])) as f:
             pc = f.read()
         self.assertNotIn("/usr/local", pc, "the packaged .pc points outside the package's /usr")
-        self.assertEqual(self.depends("libfleetlink-dev").get("libfleetlink"), f"(= {self.fields['libfleetlink']['Version']})")
+        self.assertIn("-std=c++20", re.search(r"(?m)^Cflags:.*$", pc).group(0))
+        self.assertEqual(self.depends("libfleetlink-dev").get(LIBRARY), f"(= {self.fields[LIBRARY]['Version']})")
 
     # ---- fleetlink-agent -------------------------------------------------------
     def test_agent_package_contents(self):
@@ -289,11 +363,11 @@ class DebianPackages(unittest.TestCase):
                          ["/etc/fleetlink/broker.conf"])
 
     def test_daemon_dependencies(self):
-        lib_version = self.fields["libfleetlink"]["Version"]
+        lib_version = self.fields[LIBRARY]["Version"]
         for pkg in ("fleetlink-agent", "fleetlink-broker"):
             deps = self.depends(pkg)
             field = self.fields[pkg]["Depends"]
-            self.assertEqual(deps.get("libfleetlink"), f"(= {lib_version})", field)
+            self.assertEqual(deps.get(LIBRARY), f"(= {lib_version})", field)
             for name in LWS_DEPENDS + ("adduser", "libc6", "libssl3"):
                 self.assertIn(name, deps, f"{pkg}: {field}")
         self.assertIn("openssl", self.depends("fleetlink-broker"))  # fleetlink-lab-ca
@@ -312,18 +386,25 @@ class DebianPackages(unittest.TestCase):
             self.assertRegex(postinst, r"install -d -m 0750[^\n]*/var/lib/fleetlink|\$statedir")
             self.assertIn("daemon-reload", postinst)
             self.assertIn("/etc/fleetlink", postinst)
-            # Never enables or starts a service on install (only try-restart on upgrade).
+            # Never starts a service on install (only try-restart on upgrade).
             self.assertNotRegex(postinst, r"(?m)^\s*(systemctl|deb-systemd-invoke)\s+(--\S+\s+)*(enable|start)\b")
-            self.assertNotRegex(postinst, r"(?m)^\s*deb-systemd-helper\s+enable")
-            self.assertIn("systemctl stop", self.control_file(pkg, "prerm"))
+            self.assertIn("deb-systemd-invoke stop", self.control_file(pkg, "prerm"))
+            # Services through deb-systemd-helper/-invoke: systemctl only reloads systemd.
+            for script in ("postinst", "prerm", "postrm"):
+                for line in self.control_file(pkg, script).splitlines():
+                    if re.match(r"^(?:.+;)?\s*systemctl\b", line):
+                        self.assertIn("daemon-reload", line, f"{pkg} {script}: {line}")
 
-    def run_script_with_stubs(self, pkg, script, *args):
+    def run_script_with_stubs(self, pkg, script, *args, installed_before=False):
         """Run a maintainer script with every command that changes the system
-        replaced by a stub that records its arguments; returns the recorded calls."""
+        replaced by a stub that records its arguments; returns the recorded calls.
+        installed_before: deb-systemd-helper knows the unit, which was enabled."""
         stubs = tempfile.mkdtemp(dir=self.tmp)
         calls = os.path.join(stubs, "calls")
         # getent finds nothing and dpkg-statoverride --list has no override: a first install.
-        behaviour = {"getent": "exit 2", "dpkg-statoverride": 'case "$1" in --list) exit 1;; esac'}
+        behaviour = {"getent": "exit 2", "dpkg-statoverride": 'case "$1" in --list) exit 1;; esac',
+                     "deb-systemd-helper": "" if installed_before else
+                     'case "$1 $2" in debian-installed*|"--quiet was-enabled") exit 1;; esac'}
         for cmd in ("getent", "adduser", "addgroup", "useradd", "groupadd", "dpkg-statoverride",
                     "install", "chgrp", "chown", "chmod", "systemctl", "deb-systemd-helper",
                     "deb-systemd-invoke", "ldconfig", "rm", "rmdir"):
@@ -351,12 +432,27 @@ class DebianPackages(unittest.TestCase):
             if not os.path.isdir("/var/lib/fleetlink"):
                 self.assertIn("install -d -m 0750 -o root -g fleetlink /var/lib/fleetlink", calls)
             self.assertFalse([c for c in calls if re.match(r"systemctl (enable|start|restart)", c)], calls)
+            self.assertFalse([c for c in calls if re.match(r"deb-systemd-(helper enable|invoke (start|restart))", c)],
+                             calls)
+            self.assertIn(f"deb-systemd-helper update-state {pkg}.service", calls)
+
+    def test_postinst_upgrade_keeps_an_enabled_unit_enabled(self):
+        for pkg in ("fleetlink-agent", "fleetlink-broker"):
+            calls = self.run_script_with_stubs(pkg, "postinst", "configure", "0.0.9-1",
+                                               installed_before=True)
+            self.assertIn(f"deb-systemd-helper unmask {pkg}.service", calls)
+            self.assertIn(f"deb-systemd-helper enable {pkg}.service", calls)
 
     def test_prerm_remove_and_postrm_purge(self):
         for pkg in ("fleetlink-agent", "fleetlink-broker"):
             calls = self.run_script_with_stubs(pkg, "prerm", "remove")
-            self.assertIn(f"systemctl disable --quiet {pkg}.service", calls)
+            self.assertFalse([c for c in calls if c.startswith("systemctl")], calls)
+            if os.path.isdir("/run/systemd/system"):
+                self.assertIn(f"deb-systemd-invoke stop {pkg}.service", calls)
+            calls = self.run_script_with_stubs(pkg, "postrm", "remove")
+            self.assertIn(f"deb-systemd-helper mask {pkg}.service", calls)
             calls = self.run_script_with_stubs(pkg, "postrm", "purge")
+            self.assertIn(f"deb-systemd-helper purge {pkg}.service", calls)
             # The user and the agent's state survive a purge.
             self.assertFalse([c for c in calls if re.match(r"(deluser|userdel|rm) ", c)], calls)
 
@@ -417,7 +513,7 @@ class DebianPackages(unittest.TestCase):
     def check_config_documents_options(self, program, conf):
         prog = self.packaged(f"/usr/bin/{program}")
         if not os.path.isfile(prog):
-            self.skipTest(f"{program} was not built")
+            self.fail(f"{program} is not in its package: was it built?")
         options = documented_options(self.packaged(conf))
         documented = set(options)
         real, defaults = help_options(prog, self.env)
@@ -494,52 +590,161 @@ class DebianPackages(unittest.TestCase):
         self.assertIn("rig-0414", shown)
 
 
-@unittest.skipUnless(shutil.which("cpack") and shutil.which("rpmbuild") and shutil.which("rpm"),
-                     "rpmbuild not installed (apt-get install rpm)")
-@unittest.skipUnless(os.path.isfile(CPACK_CONFIG), f"no {CPACK_CONFIG}")
-class RpmPackages(unittest.TestCase):
+    # ---- what a distribution's archive checks ---------------------------------
+    def test_binaries_are_stripped_with_debug_info_in_dbgsym_packages(self):
+        self.assertEqual(sorted(self.ddebs), sorted(f"{p}-dbgsym" for p in BINARY_PACKAGES),
+                         self.cpack_log[-3000:])
+        debug_root = os.path.join(self.tmp, "dbgsym")
+        for ddeb in self.ddebs.values():
+            run(["dpkg-deb", "-x", ddeb, debug_root])
+        elves = [self.library_file()] + [f"/usr/bin/{p}" for p in ("fleetlink-agent", "fleetlink-broker", "fleetctl")]
+        for path in elves:
+            described = run(["file", "-b", self.packaged(path)])
+            self.assertIn(", stripped", described, path)
+            build_id = re.search(r"Build ID: ([0-9a-f]+)", run(["readelf", "-n", self.packaged(path)])).group(1)
+            debug = os.path.join(debug_root, "usr/lib/debug/.build-id", build_id[:2], build_id[2:] + ".debug")
+            self.assertTrue(os.path.isfile(debug), f"no debug info for {path} (build id {build_id})")
+            self.assertIn(".debug_info", run(["readelf", "-S", "-W", debug]), debug)
+
+    def test_binaries_are_hardened(self):
+        """PIE, full RELRO (BIND_NOW), stack protector and fortified libc calls."""
+        for path in [self.library_file()] + [f"/usr/bin/{p}" for p in ("fleetlink-agent", "fleetlink-broker", "fleetctl")]:
+            elf = self.packaged(path)
+            headers = run(["readelf", "-h", "-l", "-d", "-W", elf])
+            self.assertIn("GNU_RELRO", headers, path)
+            self.assertRegex(headers, r"\(FLAGS\)\s+.*BIND_NOW|\(FLAGS_1\)\s+.*NOW", path)
+            self.assertRegex(headers, r"Type:\s+DYN", path)  # PIE executables are ET_DYN
+            if path.startswith("/usr/bin/"):
+                self.assertRegex(headers, r"\(FLAGS_1\)\s+.*PIE", path)
+            imports = run(["readelf", "--dyn-syms", "-W", elf])
+            self.assertIn("__stack_chk_fail", imports, path)
+            self.assertRegex(imports, r"__\w+_chk@", f"{path}: no fortified libc call")
+
+    def test_every_program_has_a_man_page(self):
+        for pkg, programs in PROGRAMS.items():
+            for prog in programs:
+                page = f"/usr/share/man/man1/{prog}.1.gz"
+                self.assert_has(pkg, page)
+                text = run(["sh", "-c", f"gzip -dc '{self.packaged(page)}'"])
+                self.assertRegex(text, rf"(?m)^\.TH {re.escape(prog.upper())} \"?1", page)
+                self.assertRegex(text, r"\\-\\-[a-z]", page)  # the options are in it
+
+    def test_copyright_and_changelog_in_every_package(self):
+        for pkg in PACKAGES:
+            copyright_ = self.assert_has(pkg, f"/usr/share/doc/{pkg}/copyright")
+            with open(self.packaged(f"/usr/share/doc/{pkg}/copyright")) as f:
+                text = f.read()
+            self.assertTrue(text.startswith("Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/"),
+                            pkg)
+            self.assert_has(pkg, f"/usr/share/doc/{pkg}/changelog.Debian.gz")
+            changelog = run(["sh", "-c", f"gzip -dc '{self.packaged(f'/usr/share/doc/{pkg}/changelog.Debian.gz')}'"])
+            # The top entry is this package's version.
+            self.assertTrue(changelog.startswith(f"fleetlink ({self.fields[pkg]['Version']}) "), changelog[:200])
+            self.assertNotIn("localhost", self.fields[pkg]["Maintainer"])
+            self.assertRegex(self.fields[pkg]["Maintainer"], r"<[^@>]+@[a-z0-9-]+(\.[a-z0-9-]+)+>")
+
+    def test_lintian_reports_no_error(self):
+        """lintian on every .deb and -dbgsym .ddeb: no error; every warning is one
+        docs/OPERATIONS.md lists (with its reason)."""
+        out = run(["lintian", "--tag-display-limit", "0", "--allow-root",
+                   *sorted(self.debs.values()), *sorted(self.ddebs.values())], timeout=280, check=False)
+        errors = [l for l in out.splitlines() if l.startswith("E: ")]
+        self.assertEqual(errors, [], out)
+        with open(OPERATIONS_MD) as f:
+            documented = set(re.findall(r"`([a-z0-9][a-z0-9+.%-]+)`", f.read()))
+        warnings = sorted({l.split()[2] for l in out.splitlines() if l.startswith("W: ")})
+        self.assertEqual([w for w in warnings if w not in documented], [],
+                         "lintian warnings not listed in docs/OPERATIONS.md (Packaging):\n" + out)
+
+
+class RpmSpec(unittest.TestCase):
+    """packaging/rpm/fleetlink.spec: its source RPM builds from a tarball of this
+    tree, and rpmlint finds no error in the spec or the source RPM. (The binary
+    RPMs are built on the RPM distribution itself: docs/OPERATIONS.md.)"""
+
     @classmethod
     def setUpClass(cls):
+        require_tools("rpmbuild", "rpm", "rpmlint", "tar")
         cls.tmp = tempfile.mkdtemp(prefix="fleetlink-rpm-")
         try:
-            cls.cpack_log = run(["cpack", "--config", CPACK_CONFIG, "-G", "RPM", "-B", cls.tmp])
-            cls.rpms = {}
-            for path in glob.glob(os.path.join(cls.tmp, "*.rpm")):
-                name = run(["rpm", "-qp", "--qf", "%{NAME}", path], timeout=60).strip()
-                cls.rpms[name] = path
+            cls.version = project_version()
+            cls.tarball = os.path.join(cls.tmp, f"fleetlink-{cls.version}.tar.gz")
+            cls.make_tarball()
+            cls.build_log = run(["rpmbuild", "-bs", "--define", f"_topdir {cls.tmp}/top",
+                                 "--define", f"_sourcedir {cls.tmp}", SPEC], timeout=120)
+            srpms = glob.glob(os.path.join(cls.tmp, "top", "SRPMS", "*.src.rpm"))
+            assert len(srpms) == 1, cls.build_log
+            cls.srpm = srpms[0]
         except BaseException:
             shutil.rmtree(cls.tmp, ignore_errors=True)
             raise
 
     @classmethod
+    def make_tarball(cls):
+        """The source tree as a release tarball would hold it: the files git knows
+        (tracked and not ignored), under fleetlink-VERSION/."""
+        files = None
+        if os.path.isdir(os.path.join(SOURCE_DIR, ".git")) or os.path.isfile(os.path.join(SOURCE_DIR, ".git")):
+            listed = run(["git", "-C", SOURCE_DIR, "ls-files", "-co", "--exclude-standard", "-z"])
+            files = [f for f in listed.split("\0") if f and os.path.isfile(os.path.join(SOURCE_DIR, f))]
+        else:
+            files = [os.path.relpath(os.path.join(d, f), SOURCE_DIR)
+                     for d, dirs, fs in os.walk(SOURCE_DIR)
+                     for f in fs if not os.path.relpath(d, SOURCE_DIR).startswith(("build", ".git"))]
+        with open(os.path.join(cls.tmp, "files"), "w") as f:
+            f.write("\0".join(files))
+        run(["tar", "-C", SOURCE_DIR, "--null", "-T", os.path.join(cls.tmp, "files"),
+             "--transform", f"s,^,fleetlink-{cls.version}/,", "-czf", cls.tarball])
+
+    @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def query(self, name, *args):
-        self.assertIn(name, self.rpms, self.cpack_log[-3000:])
-        return run(["rpm", "-qp", *args, self.rpms[name]], timeout=60)
+    def test_cpack_makes_no_rpm(self):
+        with open(CPACK_CONFIG) as f:
+            generators = re.search(r'set\(CPACK_GENERATOR "([^"]*)"\)', f.read()).group(1)
+        self.assertEqual(generators, "DEB")
 
-    def test_rpm_packages(self):
-        self.assertEqual(sorted(self.rpms), sorted(["libfleetlink", "libfleetlink-devel",
-                                                    "fleetlink-agent", "fleetlink-broker"]))
-        agent = self.query("fleetlink-agent", "-l").split()
-        self.assertIn("/usr/bin/fleetlink-agent", agent)
-        self.assertIn("/usr/lib/systemd/system/fleetlink-agent.service", agent)
-        self.assertEqual(sorted(self.query("fleetlink-agent", "--configfiles").split()),
-                         ["/etc/fleetlink/agent.conf", "/etc/fleetlink/suites.json"])
-        broker = self.query("fleetlink-broker", "-l").split()
-        for path in ("/usr/bin/fleetlink-broker", "/usr/bin/fleetctl", "/usr/bin/fleetlink-lab-ca",
-                     "/usr/lib/systemd/system/fleetlink-broker.service"):
-            self.assertIn(path, broker)
-        self.assertEqual(self.query("fleetlink-broker", "--configfiles").split(),
-                         ["/etc/fleetlink/broker.conf"])
-        lib = self.query("libfleetlink", "-l")
-        self.assertRegex(lib, r"/libfleetlink\.so\.\d+\n")
-        self.assertRegex(self.query("libfleetlink-devel", "-l"), r"/libfleetlink\.so\n")
-        scripts = self.query("fleetlink-broker", "--scripts")
-        self.assertIn("useradd -r", scripts)
-        self.assertIn("daemon-reload", scripts)
-        self.assertIn("libfleetlink", self.query("fleetlink-agent", "--requires"))
+    def test_source_rpm(self):
+        self.assertEqual(run(["rpm", "-qp", "--qf", "%{NAME} %{VERSION}", self.srpm], timeout=60).strip(),
+                         f"fleetlink {self.version}")
+        contents = run(["rpm", "-qpl", self.srpm], timeout=60).split()
+        self.assertEqual(sorted(contents), sorted(["fleetlink.spec", os.path.basename(self.tarball)]))
+        listed = run(["tar", "-tzf", self.tarball], timeout=60).split()
+        for path in ("CMakeLists.txt", "packaging/rpm/fleetlink.spec", "sdk/fleetlink.pc.in"):
+            self.assertIn(f"fleetlink-{self.version}/{path}", listed)
+
+    def test_spec_builds_with_the_distributions_names_and_macros(self):
+        with open(SPEC) as f:
+            spec = f.read()
+        self.assertRegex(spec, rf"(?m)^Version:\s+{re.escape(self.version)}$")
+        requires = set(re.findall(r"(?m)^BuildRequires:\s+\(?([A-Za-z0-9_.+-]+)", spec))
+        for name in ("cmake", "gcc-c++", "libwebsockets-devel", "libuv-devel", "openssl-devel",
+                     "libuuid-devel", "cli11-devel", "json-devel", "hiredis-devel", "sqlite-devel",
+                     "doctest-devel", "mimalloc-devel", "libcurl-devel", "msgpack-cxx-devel",
+                     "help2man", "systemd-rpm-macros"):
+            self.assertIn(name, requires)
+        # File lists name directories only through the distribution's macros.
+        files = spec[spec.index("%files"):spec.index("%changelog")]
+        self.assertNotRegex(files, r"x86_64-linux-gnu|/usr/|/etc/")
+        for pkg in ("agent", "broker"):
+            for macro in ("systemd_post", "systemd_preun", "systemd_postun_with_restart"):
+                self.assertRegex(spec, rf"(?m)^%{macro} fleetlink-{pkg}\.service$")
+        for conf in ("agent.conf", "suites.json", "broker.conf"):
+            self.assertRegex(spec, rf"%config\(noreplace\) %{{_sysconfdir}}/fleetlink/{re.escape(conf)}\n")
+        self.assertIn("%{_libdir}/libfleetlink.so.0", spec)
+        self.assertIn("%{_unitdir}/fleetlink-agent.service", spec)
+
+    def test_rpmlint_reports_no_error(self):
+        out = run(["rpmlint", "-c", RPMLINT_CONFIG, SPEC, self.srpm], timeout=120, check=False)
+        self.assertRegex(out, r"\d+ packages? and \d+ specfiles? checked", out)
+        errors = [l for l in out.splitlines() if re.search(r": E: ", l)]
+        self.assertEqual(errors, [], out)
+        with open(OPERATIONS_MD) as f:
+            documented = set(re.findall(r"`([a-z0-9][a-z0-9+.%-]+)`", f.read()))
+        warnings = sorted({re.search(r": W: (\S+)", l).group(1) for l in out.splitlines() if ": W: " in l})
+        self.assertEqual([w for w in warnings if w not in documented], [],
+                         "rpmlint warnings not listed in docs/OPERATIONS.md (Packaging):\n" + out)
 
 
 if __name__ == "__main__":
