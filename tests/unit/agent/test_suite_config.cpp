@@ -35,6 +35,17 @@ TEST_CASE("suites file: a full suite") {
   CHECK(s.user == "root");
 }
 
+TEST_CASE("suites file: artifacts globs and the output log") {
+  auto t = parse_suites(R"({"suites": {"7": {"argv": ["a"], "artifacts": ["out/*.xml", "core*"], "output_artifact": false},
+                                        "8": {"argv": ["b"]}}})",
+                        "suites.json", {false});
+  REQUIRE(t);
+  CHECK(t->at("7").artifacts == std::vector<std::string>{"out/*.xml", "core*"});
+  CHECK_FALSE(t->at("7").output_artifact);
+  CHECK(t->at("8").artifacts.empty());
+  CHECK(t->at("8").output_artifact);
+}
+
 TEST_CASE("suites file: defaults and several suites") {
   auto r = parse_suites(R"({"suites": {"a": {"argv": ["x"]}, "b-2.x_y": {"argv": ["y", ""]}}})",
                         "f");
@@ -81,7 +92,14 @@ TEST_CASE("suites file: errors name the file and the key") {
   CHECK(error_of(R"({"suites": {"7": {"argv": ["a"], "user": "fleetlink-no-such-user"}}})") ==
         "suites.json: suites.7.user: unknown user 'fleetlink-no-such-user'");
   CHECK(error_of(R"({"suites": {"7": {"argv": ["a"], "timeout": 5}}})") ==
-        "suites.json: suites.7.timeout: unknown key (known: argv, cwd, env, timeout_s, kill_grace_s, user)");
+        "suites.json: suites.7.timeout: unknown key (known: argv, cwd, env, timeout_s, kill_grace_s, user, artifacts, "
+        "output_artifact)");
+  CHECK(error_of(R"({"suites": {"7": {"argv": ["a"], "artifacts": "out/*.xml"}}})") ==
+        "suites.json: suites.7.artifacts: must be an array of glob patterns");
+  CHECK(error_of(R"({"suites": {"7": {"argv": ["a"], "artifacts": ["ok", ""]}}})") ==
+        "suites.json: suites.7.artifacts: must be an array of non-empty glob patterns");
+  CHECK(error_of(R"({"suites": {"7": {"argv": ["a"], "output_artifact": "yes"}}})") ==
+        "suites.json: suites.7.output_artifact: must be true or false");
   CHECK(error_of(R"({"suites": {"7": ["a"]}})") ==
         "suites.json: suites.7: must be an object with at least \"argv\"");
   CHECK(error_of(R"({"suites": {"a b": {"argv": ["a"]}}})") ==
