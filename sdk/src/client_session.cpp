@@ -447,7 +447,7 @@ struct __attribute__((visibility("hidden"))) ClientSession::Impl {
           if (after) backoff.override_next(*after);
           log(4, std::string("broker busy (HTTP 503), Retry-After ") +
                      (after ? std::to_string(after->count()) + "ms" : std::string("absent")));
-        } else if (status != 101) {
+        } else if (status != 0 && status != 101) {
           // Not the broker's own refusal: something between the rig and the broker
           // (a reverse proxy whose header buffers are too small, a load balancer
           // answering for a broker that is not there, a URL path it does not route)
