@@ -60,4 +60,4 @@ if [ $rc -ne 0 ]; then
   ls -l "$artifacts" >&2
   exit 1
 fi
-echo "run-fuzz: no crash (${runs:+$runs executions}${runs:-${seconds}s})"
+if [ -n "$runs" ]; then echo "run-fuzz: no crash in $runs executions"; else echo "run-fuzz: no crash in ${seconds}s"; fi
