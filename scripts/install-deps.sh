@@ -12,6 +12,9 @@ packages=(
   libcurl4-openssl-dev doctest-dev libmimalloc-dev
   # test drivers and servers
   python3 python3-msgpack python3-websockets redis-server procps util-linux
+  # real intermediaries in front of the broker (tests/integration/test_intermediaries.py;
+  # the tests run them as their own processes: the packages' services stay off)
+  haproxy nginx-light
   # the dashboard's browser test (tests/browser): headless chromium, driven by playwright-core
   chromium
   # packaging: building and checking the .debs (man pages from --help, lintian),

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs every test: unit tests (also under
-# AddressSanitizer + UBSan), the decoder fuzzers for a bounded time, unit,
+# AddressSanitizer + UBSan, and ThreadSanitizer), the decoder and broker fuzzers for a bounded time, unit,
 # integration and benchmark-smoke tests with real processes on loopback (on a
 # host made to look as if fleetlink were installed and misconfigured, which the
 # tests must not notice), and the .deb packages installed, upgraded and used in a
 # fresh Debian root.
 #   FUZZ_SECONDS (default 60)   MESH_FUZZ_SECONDS (default 30)
-#   SKIP_INSTALL=1   SKIP_SANITIZERS=1   SKIP_FUZZ=1   SKIP_CHROOT=1
+#   HELLO_FUZZ_SECONDS (default 45)   CONTROL_FUZZ_SECONDS (default 45)
+#   SKIP_INSTALL=1   SKIP_SANITIZERS=1 (ASan/UBSan and TSan)   SKIP_TSAN=1   SKIP_FUZZ=1   SKIP_CHROOT=1
 # A step skipped on request is listed in the final summary; under CI (CI=true)
 # any skipped step fails the run. Runs as root (apt-get, mount namespaces,
 # debootstrap and chroot).
@@ -58,6 +59,21 @@ else
   skip "unit tests under ASan + UBSan" "SKIP_SANITIZERS=1"
 fi
 
+# ---- ThreadSanitizer (issue 15 point 7): the unit tests only -----------------------
+if [[ "${SKIP_SANITIZERS:-0}" != 1 && "${SKIP_TSAN:-0}" != 1 ]]; then
+  step "unit tests under ThreadSanitizer"
+  cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DFLEETLINK_SANITIZE=thread \
+        -DFLEETLINK_BUILD_TESTS=ON -DFLEETLINK_BUILD_BENCH=OFF -DFLEETLINK_BUILD_FUZZ=OFF >/dev/null
+  units=$(cmake --build build-tsan --target help | awk '/unit_/ {print $2}' | tr '\n' ' ')
+  # shellcheck disable=SC2086
+  cmake --build build-tsan -j"$(nproc)" --target $units
+  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp" \
+    tests/run-on-poisoned-host ctest --test-dir build-tsan -L unit --no-tests=error
+else
+  skip "unit tests under ThreadSanitizer" "SKIP_SANITIZERS=1 or SKIP_TSAN=1"
+fi
+# ---- end ThreadSanitizer ---------------------------------------------------------
+
 if [[ "${SKIP_FUZZ:-0}" != 1 ]]; then
   step "fuzzing the frame decoder for ${FUZZ_SECONDS:-60}s"
   tests/fuzz/run-fuzz.sh build-fuzz "${FUZZ_SECONDS:-60}"
@@ -66,6 +82,17 @@ if [[ "${SKIP_FUZZ:-0}" != 1 ]]; then
 else
   skip "fuzzing" "SKIP_FUZZ=1"
 fi
+
+# ---- broker fuzzers (issue 15 point 7): the fleet core's HELLO path, the control API --
+if [[ "${SKIP_FUZZ:-0}" != 1 ]]; then
+  step "fuzzing the broker's fleet core (HELLO and after) for ${HELLO_FUZZ_SECONDS:-45}s"
+  tests/fuzz/run-fuzz.sh build-fuzz "${HELLO_FUZZ_SECONDS:-45}" fuzz_fleet_hello
+  step "fuzzing the control API's bodies for ${CONTROL_FUZZ_SECONDS:-45}s"
+  tests/fuzz/run-fuzz.sh build-fuzz "${CONTROL_FUZZ_SECONDS:-45}" fuzz_control
+else
+  skip "the broker fuzzers" "SKIP_FUZZ=1"
+fi
+# ---- end broker fuzzers ----------------------------------------------------------
 
 # The host looks as if fleetlink were installed: /etc/fleetlink/agent.conf and
 # broker.conf exist and hold a key no program accepts, /var/lib/fleetlink* exist.

@@ -450,6 +450,22 @@ struct __attribute__((visibility("hidden"))) ClientSession::Impl {
           if (after) backoff.override_next(*after);
           log(4, std::string("broker busy (HTTP 503), Retry-After ") +
                      (after ? std::to_string(after->count()) + "ms" : std::string("absent")));
+        } else if (status != 0 && status != 101) {
+          // Not the broker's own refusal: something between the rig and the broker
+          // (a reverse proxy whose header buffers are too small, a load balancer
+          // answering for a broker that is not there, a URL path it does not route)
+          // answered the upgrade. Said once per attempt with the status line, so the
+          // log shows why the rig keeps reconnecting; a 4xx will not go away by
+          // itself, so the next attempt waits the backoff's cap.
+          char line[128] = {0};
+          const int got = lws_hdr_copy(w, line, sizeof line, WSI_TOKEN_HTTP);
+          const std::string status_line = got > 0 ? std::string(line) : std::to_string(status);
+          const bool client_error = status >= 400 && status < 500 && status != 408 && status != 429;
+          if (client_error) backoff.override_next(backoff.policy().cap);
+          log(3, "upgrade refused by HTTP " + status_line + " from " + urls[url_index].text +
+                     (client_error ? " (a proxy or the broker refuses this request; next attempt in " +
+                                         std::to_string(backoff.policy().cap.count()) + "ms)"
+                                   : std::string()));
         }
         return 0;
       }
