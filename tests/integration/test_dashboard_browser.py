@@ -135,8 +135,10 @@ class DashboardScaleTest(harness.LabTestCase):
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # inherited by the broker
         self.addCleanup(resource.setrlimit, resource.RLIMIT_NOFILE, (soft, hard))
         plain = harness.free_port()
+        # 16 control connections (a reserve of 48 descriptors) leave room for 19,900 rigs
+        # under the 20,000 open-files limit; the default 64 would keep 96 back.
         broker = self.lab.broker(plain_listen=f"127.0.0.1:{plain}", accept_rate=4000, accept_burst=4000,
-                                 log_level="warn", control_token=TOKEN)
+                                 log_level="warn", control_token=TOKEN, control_max_connections=16)
         url = f"ws://127.0.0.1:{plain}/agent"
         sims = [self.rigsim(url, "sima-", "127.11.0.1", "rigsim-a"), self.rigsim(url, "simb-", "127.12.0.1", "rigsim-b")]
         total = 2 * self.PER_SIM

@@ -70,6 +70,9 @@ class Broker:
             "--log-level", "warn",
             # Every simulated TLS rig dials from one loopback address: no bound per source address.
             "--max-handshakes-per-address", "0",
+            # A descriptor reserve of 16 + 32 leaves room for 19,900 rigs under the 20,000 open-files
+            # limit (the default 64 control connections would keep 96 back).
+            "--control-max-connections", "16",
             *bench.state_dir_args(name),
             *(extra or []),
         ]
