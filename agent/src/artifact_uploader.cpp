@@ -1,7 +1,6 @@
 #include "artifact_uploader.hpp"
 
 #include <curl/curl.h>
-#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -9,6 +8,7 @@
 #include <memory>
 
 #include "common/log.hpp"
+#include "common/sha256.hpp"
 #include "fleetlink/artifacts.hpp"
 
 namespace fleetlink::agent {
@@ -21,16 +21,6 @@ struct FileCloser {
   }
 };
 using File = std::unique_ptr<std::FILE, FileCloser>;
-
-std::string to_hex(const unsigned char* p, unsigned n) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned i = 0; i < n; ++i) {
-    out.push_back(kDigits[p[i] >> 4]);
-    out.push_back(kDigits[p[i] & 15]);
-  }
-  return out;
-}
 
 std::size_t collect_body(char* data, std::size_t size, std::size_t n, void* user) {
   auto* out = static_cast<std::string*>(user);
@@ -71,8 +61,8 @@ bool sha256_of_file(const std::string& path, std::string& hex, std::uint64_t& si
     error = "cannot read " + path;
     return false;
   }
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
+  Sha256 sha;
+  if (!sha.ok()) {
     error = "cannot start a sha256";
     return false;
   }
@@ -80,18 +70,15 @@ bool sha256_of_file(const std::string& path, std::string& hex, std::uint64_t& si
   size = 0;
   std::size_t n = 0;
   while ((n = std::fread(buf.data(), 1, buf.size(), f.get())) > 0) {
-    EVP_DigestUpdate(ctx.get(), buf.data(), n);
+    sha.update(std::string_view(reinterpret_cast<const char*>(buf.data()), n));
     size += n;
   }
   if (std::ferror(f.get())) {
     error = "error reading " + path;
     return false;
   }
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned len = 0;
-  EVP_DigestFinal_ex(ctx.get(), md, &len);
-  hex = to_hex(md, len);
-  return true;
+  hex = sha.hex();
+  return !hex.empty();
 }
 
 ArtifactUploader::ArtifactUploader(UploadSettings settings) : settings_(std::move(settings)) {

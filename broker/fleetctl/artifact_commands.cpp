@@ -1,28 +1,17 @@
 #include "artifact_commands.hpp"
 
-#include <openssl/evp.h>
-
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <memory>
 
+#include "common/sha256.hpp"
 #include "exit_codes.hpp"
 
 namespace fleetctl {
 namespace {
 
 using json = nlohmann::json;
-
-std::string hex(const unsigned char* p, unsigned n) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned i = 0; i < n; ++i) {
-    out.push_back(kDigits[p[i] >> 4]);
-    out.push_back(kDigits[p[i] & 15]);
-  }
-  return out;
-}
 
 // GET /v1/commands/{id}/artifacts: the list, or the exit code of a failure.
 int get_list(JobCli& cli, const std::string& cmd_id, json& list) {
@@ -74,24 +63,20 @@ int artifact_fetch(JobCli& cli, const std::string& cmd_id, const std::string& na
   const std::string partial = path + ".part";
   std::ofstream out(partial, std::ios::binary | std::ios::trunc);
   if (!out) return cli.fail(kFailed, "cannot write " + partial);
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> sha(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  EVP_DigestInit_ex(sha.get(), EVP_sha256(), nullptr);
+  fleetlink::Sha256 sha;
   std::uint64_t got = 0;
   TransportError e;
   const long status = cli.client.stream(
       "/v1/commands/" + cli.client.escape(cmd_id) + "/artifacts/" + cli.client.escape(name),
       [&](std::string_view piece) {
         out.write(piece.data(), static_cast<std::streamsize>(piece.size()));
-        EVP_DigestUpdate(sha.get(), piece.data(), piece.size());
+        sha.update(piece);
         got += piece.size();
         return static_cast<bool>(out);
       },
       e);
   out.close();
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned n = 0;
-  EVP_DigestFinal_ex(sha.get(), md, &n);
-  const std::string digest = hex(md, n);
+  const std::string digest = sha.hex();
   auto give_up = [&](const std::string& why) {
     std::remove(partial.c_str());
     return cli.fail(kFailed, why);

@@ -1,7 +1,5 @@
 #include "net/artifact_endpoint.hpp"
 
-#include <openssl/evp.h>
-
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -10,6 +8,7 @@
 #include <vector>
 
 #include "common/log.hpp"
+#include "common/sha256.hpp"
 #include "fleetlink/artifacts.hpp"
 #include "net/lws_io.hpp"
 #include "net/tls_identity.hpp"
@@ -21,21 +20,6 @@ namespace {
 // Body bytes that arrive while the command is looked up (a store that answers
 // later) are kept in memory up to this much; past it the socket is paused.
 constexpr std::size_t kMaxEarlyBytes = 4 * 1024 * 1024;
-
-struct DigestDeleter {
-  void operator()(EVP_MD_CTX* c) const noexcept { EVP_MD_CTX_free(c); }
-};
-
-std::string hex(const unsigned char* p, unsigned n) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * n);
-  for (unsigned i = 0; i < n; ++i) {
-    out.push_back(kDigits[p[i] >> 4]);
-    out.push_back(kDigits[p[i] & 15]);
-  }
-  return out;
-}
 
 std::string header(lws* wsi, lws_token_indexes token) {
   const int len = lws_hdr_total_length(wsi, token);
@@ -82,7 +66,7 @@ struct ArtifactEndpoint::Upload {
   std::string early;              // body bytes that came before the command was found
   bool paused = false;
   bool body_complete = false;
-  std::unique_ptr<EVP_MD_CTX, DigestDeleter> digest;
+  Sha256 digest;
   std::optional<ArtifactStore::Incoming> incoming;
   int status = 0;                 // the answer, once known
   std::string body;
@@ -130,8 +114,7 @@ int ArtifactEndpoint::on_request(lws* wsi, std::string_view uri) {
   if (u.phase == Upload::Phase::answering) return 0;
   u.identity = std::move(*who);
   u.declared = *declared;
-  u.digest.reset(EVP_MD_CTX_new());
-  if (!u.digest || EVP_DigestInit_ex(u.digest.get(), EVP_sha256(), nullptr) != 1) {
+  if (!u.digest.ok()) {
     refuse(u, 500, "io", "cannot start a sha256");
     return 0;
   }
@@ -181,7 +164,7 @@ void ArtifactEndpoint::authorize(Upload& u, const std::optional<CommandView>& v)
 
 void ArtifactEndpoint::take(Upload& u, std::string_view bytes) {
   if (bytes.empty() || u.phase != Upload::Phase::receiving) return;
-  EVP_DigestUpdate(u.digest.get(), bytes.data(), bytes.size());
+  u.digest.update(bytes);
   if (auto no = store_.write(*u.incoming, bytes)) refuse(u, http_status_of(no->why), to_string(no->why), no->detail);
 }
 
@@ -207,10 +190,7 @@ int ArtifactEndpoint::on_body_complete(lws* wsi) {
   Upload& u = *it->second;
   u.body_complete = true;
   if (u.phase != Upload::Phase::receiving) return 0;  // authorizing: finished when the command is found
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned n = 0;
-  EVP_DigestFinal_ex(u.digest.get(), md, &n);
-  auto stored = store_.commit(*u.incoming, hex(md, n));
+  auto stored = store_.commit(*u.incoming, u.digest.hex());
   if (auto* no = std::get_if<ArtifactError>(&stored)) {
     refuse(u, http_status_of(no->why), to_string(no->why), no->detail);
     return 0;
