@@ -257,7 +257,9 @@ TEST_CASE("token-file: readable, a JWT, not readable by others") {
 // Every HELLO field the configuration sets is checked with the broker's own rules
 // (fleetlink/limits.hpp): one error naming the key and the field per limit.
 TEST_CASE("the HELLO a configuration makes: every limit the broker applies") {
+  Lab lab;  // validate_config() looks at the state directory: never the host's /var/lib/fleetlink
   AgentConfig c;
+  c.state_dir = (lab.dir / "state").string();
   c.rig_id = "rig-a";
   c.from_command_line = {"label", "allow", "rig-id"};
   auto problem = [&](const std::vector<std::string>& kinds = {}) { return hello_config_problem(c, kinds); };
