@@ -247,8 +247,8 @@ class AgentCheckConfigHelloTest(LabTestCase):
 
     def run_agent(self, *args, timeout=20):
         import subprocess
-        from harness import binary
-        return subprocess.run([binary("fleetlink-agent"), *args], capture_output=True, text=True,
+        from harness import agent_command  # never the host's /etc/fleetlink/agent.conf
+        return subprocess.run(agent_command(*args), capture_output=True, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL)
 
     def flags(self, *extra, rig_id="rig-a"):
