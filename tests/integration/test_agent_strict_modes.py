@@ -18,6 +18,8 @@ import os
 import subprocess
 import unittest
 
+import harness
+
 from harness import LabTestCase, binary
 
 OTHER_UID = 65534  # nobody
@@ -56,7 +58,8 @@ class AgentStrictModesTest(LabTestCase):
                 "--suites", self.suites]
 
     def run_agent(self, *extra):
-        return subprocess.run([binary("fleetlink-agent"), *self.flags(), *extra], capture_output=True,
+        # agent_command: --config '' (never the host's /etc/fleetlink/agent.conf).
+        return subprocess.run(harness.agent_command(*self.flags(), *extra), capture_output=True,
                               text=True, timeout=30, stdin=subprocess.DEVNULL)
 
     def assert_refused(self, *expected):
