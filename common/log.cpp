@@ -63,7 +63,8 @@ bool admit_limited(std::string_view key, Level level) {
   return admitted;
 }
 
-std::string vformat(const char* fmt, va_list ap) {
+// printf-checked at every caller (FL_* macros); the attribute tells the compiler so.
+__attribute__((format(printf, 1, 0))) std::string vformat(const char* fmt, va_list ap) {
   va_list again;
   va_copy(again, ap);
   char msg[1024];
