@@ -85,19 +85,32 @@ std::uint32_t AddressCounts::count(const std::string& address) const {
 bool FdExhaustion::hit(std::uint64_t now_ms) noexcept {
   if (!active_) {
     active_ = true;
+    recovering_ = false;
     started_ms_ = now_ms;
     episode_ = Episode{};
     backoff_ms_ = kFirstBackoffMs;
     return true;
   }
+  recovering_ = false;
   ++episode_.retries;
   backoff_ms_ = std::min(backoff_ms_ * 2, kMaxBackoffMs);
   return false;
 }
 
+std::optional<FdExhaustion::Episode> FdExhaustion::room(std::uint64_t now_ms) noexcept {
+  if (!active_) return std::nullopt;
+  if (!recovering_) {
+    recovering_ = true;
+    room_since_ms_ = now_ms;
+  }
+  if (now_ms - room_since_ms_ < kSettleMs) return std::nullopt;
+  return end(now_ms);
+}
+
 std::optional<FdExhaustion::Episode> FdExhaustion::end(std::uint64_t now_ms) noexcept {
   if (!active_) return std::nullopt;
   active_ = false;
+  recovering_ = false;
   Episode e = episode_;
   e.duration_ms = now_ms - started_ms_;
   backoff_ms_ = kFirstBackoffMs;
@@ -208,7 +221,7 @@ std::uint64_t AdmissionListener::backlog() const {
 
 void AdmissionListener::start_polling() {
   // During an episode only the back-off timer looks again (look_again_after_episode()).
-  if (!poll_ || !paused_ || exhaustion_.active() || waiting_.size() >= options_.max_waiting) return;
+  if (!poll_ || !paused_ || exhaustion_.paused() || waiting_.size() >= options_.max_waiting) return;
   paused_ = false;
   // Level-triggered: fires at once if connections wait in the kernel's backlog.
   uv_poll_start(poll_, UV_READABLE, &AdmissionListener::on_readable);
@@ -230,6 +243,7 @@ void AdmissionListener::look_again_in(std::uint64_t us) {
 void AdmissionListener::look_again_after_episode() {
   if (descriptors_tight()) {
     exhaustion_.hit(now_ms());
+    stop_polling();
     look_again_in(exhaustion_.backoff_ms() * 1000);
     pump();
     return;
@@ -259,8 +273,9 @@ void AdmissionListener::out_of_descriptors(int err) {
   look_again_in(exhaustion_.backoff_ms() * 1000);
 }
 
-void AdmissionListener::end_episode() {
-  if (auto e = exhaustion_.end(now_ms())) {
+void AdmissionListener::end_episode(bool nobody_waits) {
+  const std::uint64_t now = now_ms();
+  if (auto e = nobody_waits ? exhaustion_.end(now) : exhaustion_.room(now)) {
     FL_WARN("%s listener: accepting again after %llu ms out of file descriptors (%llu connections refused, "
             "%llu looks without room, %llu waiting in the backlog)",
             options_.name.c_str(), static_cast<unsigned long long>(e->duration_ms),
@@ -277,7 +292,7 @@ void AdmissionListener::pump() {
     if (hooks_.hold_us) {
       std::uint64_t hold = hooks_.hold_us();
       if (hold != 0) {
-        if (hold != kUntilResumed && !exhaustion_.active()) look_again_in(hold);
+        if (hold != kUntilResumed && !exhaustion_.paused()) look_again_in(hold);
         return;
       }
     }
@@ -327,7 +342,7 @@ void AdmissionListener::accept_some() {
         // Out of descriptors: a level-triggered poll would spin; look again later.
         out_of_descriptors(errno);
       } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        end_episode();   // nobody waits: whatever the episode was, it is over
+        end_episode(true);   // nobody waits: whatever the episode was, it is over
       } else {
         FL_WARN("%s listener: accept failed: %s", options_.name.c_str(), std::strerror(errno));
       }
@@ -341,7 +356,7 @@ void AdmissionListener::accept_some() {
       out_of_descriptors(0);
       break;
     }
-    end_episode();
+    end_episode(false);   // room: the episode ends once it has lasted
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     Accepted a{fd, address_text(ss)};

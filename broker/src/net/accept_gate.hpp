@@ -109,15 +109,19 @@ class AddressCounts {
 };
 
 // One listener's out-of-descriptors episodes (pure): an episode starts when an
-// accept fails with EMFILE/ENFILE or would eat the descriptor reserve, and ends
-// when an accept succeeds within the budget again (or finds nobody waiting).
-// Meanwhile the listener is not watched; it is looked at again after a back-off
-// that doubles from kFirstBackoffMs to kMaxBackoffMs, so an exhausted process
-// does not spin on a level-triggered listener.
+// accept fails with EMFILE/ENFILE or would eat the descriptor reserve. Meanwhile
+// the listener is not watched; it is looked at again after a back-off that
+// doubles from kFirstBackoffMs to kMaxBackoffMs, so an exhausted process does
+// not spin on a level-triggered listener. When a look finds room the listener
+// is watched again, but the episode ends only when the room has lasted
+// kSettleMs or nobody is left waiting: a few descriptors freed by others (an
+// evicted control connection) and taken at once by the next rig in the backlog
+// do not make a new episode, and a new pair of log lines, each time.
 class FdExhaustion {
  public:
   static constexpr std::uint64_t kFirstBackoffMs = 100;
   static constexpr std::uint64_t kMaxBackoffMs = 1000;
+  static constexpr std::uint64_t kSettleMs = 1000;
   struct Episode {
     std::uint64_t duration_ms = 0;
     std::uint64_t retries = 0;   // looks at the listener that found no room
@@ -126,14 +130,21 @@ class FdExhaustion {
   // No room: true if this starts an episode. Sets the next back-off.
   bool hit(std::uint64_t now_ms) noexcept;
   void refused() noexcept { ++episode_.refused; }
+  // A socket accepted within the budget: the listener may be watched again;
+  // the episode that ends, if room has lasted kSettleMs.
+  std::optional<Episode> room(std::uint64_t now_ms) noexcept;
   bool active() const noexcept { return active_; }
+  // Out of room and not watched: only the back-off timer looks again.
+  bool paused() const noexcept { return active_ && !recovering_; }
   std::uint64_t backoff_ms() const noexcept { return backoff_ms_; }
-  // Room again: the episode that ends, if one was running.
+  // Nobody waits any more: the episode that ends, if one was running.
   std::optional<Episode> end(std::uint64_t now_ms) noexcept;
 
  private:
   bool active_ = false;
+  bool recovering_ = false;
   std::uint64_t started_ms_ = 0;
+  std::uint64_t room_since_ms_ = 0;
   std::uint64_t backoff_ms_ = kFirstBackoffMs;
   Episode episode_;
 };
@@ -213,7 +224,8 @@ class AdmissionListener {
   void keep(Accepted&& a);
   void drop(int fd, const std::string& address);
   void out_of_descriptors(int err);
-  void end_episode();
+  // Room found (nobody_waits false) or the backlog empty (true).
+  void end_episode(bool nobody_waits);
   void pump();
   void stop_polling();
   void start_polling();

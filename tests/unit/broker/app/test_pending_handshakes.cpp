@@ -105,3 +105,29 @@ TEST_CASE("fd exhaustion: one episode, back-off doubling to the cap, summary at 
   CHECK(e.backoff_ms() == 100);
   CHECK(e.end(9100)->refused == 0);
 }
+
+TEST_CASE("fd exhaustion: brief room inside an episode does not end it; lasting room or an empty backlog does") {
+  FdExhaustion e;
+  CHECK(e.hit(1000));
+  CHECK(e.paused());
+  CHECK_FALSE(e.room(1100).has_value());   // a few descriptors freed by others
+  CHECK(e.active());
+  CHECK_FALSE(e.paused());                 // watched again meanwhile
+  CHECK_FALSE(e.hit(1150));                // taken at once: the same episode, no new start
+  CHECK(e.paused());
+  CHECK_FALSE(e.room(1200).has_value());   // room again: the settle time starts over
+  CHECK_FALSE(e.room(2100).has_value());   // 900 ms of room
+  auto ep = e.room(2200);                  // 1000 ms of room: over
+  REQUIRE(ep.has_value());
+  CHECK(ep->duration_ms == 1200);
+  CHECK(ep->retries == 1);
+  CHECK_FALSE(e.active());
+  CHECK_FALSE(e.room(2300).has_value());   // no episode: nothing to report
+
+  CHECK(e.hit(5000));
+  CHECK_FALSE(e.room(5100).has_value());
+  auto drained = e.end(5150);              // the backlog is empty: over at once
+  REQUIRE(drained.has_value());
+  CHECK(drained->duration_ms == 150);
+  CHECK_FALSE(e.active());
+}
