@@ -62,9 +62,6 @@ class BenchSmoke(unittest.TestCase):
         self.assertEqual(results["mtls"]["storm"]["registered"], 200)
 
 
-if __name__ == "__main__":
-    unittest.main()
-
 
 class CrossBrokerSmoke(unittest.TestCase):
     def test_cross_broker_bench_produces_numbers(self):
@@ -86,3 +83,36 @@ class CrossBrokerSmoke(unittest.TestCase):
             with self.subTest(run=name):
                 self.assertIsInstance(summary[name][key], (int, float), summary)
                 self.assertGreater(summary[name][key], 0, summary)
+
+
+class RealAgentsSmoke(unittest.TestCase):
+    def test_real_agents_bench_runs_every_command_once(self):
+        with tempfile.TemporaryDirectory(prefix="fleetlink-real-agents-smoke-") as out:
+            proc = subprocess.run(
+                [sys.executable, os.path.join(SOURCE, "tests", "bench", "real_agents"), "--agents", "5",
+                 "--rounds", "1", "--round-trips", "20", "--build-dir", BUILD, "--out", out],
+                capture_output=True, text=True, timeout=240)
+            self.assertEqual(proc.returncode, 0, proc.stdout[-3000:] + proc.stderr[-3000:])
+            files = glob.glob(os.path.join(out, "real-agents-*.json"))
+            self.assertEqual(len(files), 1, proc.stdout[-2000:])
+            with open(files[0]) as f:
+                report = json.load(f)
+        self.assertEqual(len(report["rounds"]), 1)
+        self.assertEqual(report["rounds"][0]["states"], {"succeeded": 5})
+        self.assertGreater(report["summary"]["all_done_s"], 0)
+        self.assertGreaterEqual(report["summary"]["all_done_s"], report["summary"]["all_acked_s"])
+        self.assertEqual(report["round_trip"]["count"], 20)
+        self.assertGreater(report["round_trip"]["ack_p50_ms"], 0)
+
+
+class PeersScript(unittest.TestCase):
+    def test_says_what_is_missing_instead_of_measuring_nothing(self):
+        proc = subprocess.run(
+            [sys.executable, os.path.join(SOURCE, "tests", "bench", "peers"), "--peers", "/nonexistent-peers",
+             "--build-dir", BUILD], capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("no peer instrument at /nonexistent-peers", proc.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
