@@ -179,10 +179,12 @@ int ArtifactEndpoint::on_request(lws* wsi, std::string_view uri) {
   const std::string length = header(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH);
   std::optional<std::uint64_t> declared = parse_u64(length);
   if (target) {
-    // The size is the query's: the request itself has no body.
-    char size_arg[32] = {};
+    // The size is the query's: the request itself has no body. (lws walks the
+    // query's parts into the buffer and stops at the first that does not fit:
+    // each buffer must hold the longest part, sha256=<64 hex>.)
+    char size_arg[128] = {};
     const char* size = lws_get_urlarg_by_name(wsi, "size=", size_arg, sizeof size_arg);
-    char done_arg[8] = {};
+    char done_arg[128] = {};
     const char* done = lws_get_urlarg_by_name(wsi, "uploaded=", done_arg, sizeof done_arg);
     u.kind = done != nullptr && std::string_view(done) == "1" ? Upload::Kind::uploaded : Upload::Kind::ask;
     if (declared.value_or(0) != 0) {
