@@ -15,7 +15,7 @@
 // where to upload, with the same checks: the answer is the broker itself, or,
 // with an S3-compatible store configured, a presigned PUT URL. Once the rig has
 // put the object, `...&uploaded=1` has the broker look at it (a signed HEAD: its
-// size and digest) and record it (docs/PROTOCOL.md §10.3).
+// size and digest) and record it (docs/PROTOCOL.md §10.1).
 #include <libwebsockets.h>
 #include <uv.h>
 

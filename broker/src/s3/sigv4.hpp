@@ -2,7 +2,7 @@
 // AWS Signature Version 4 for query-string ("presigned") URLs of an
 // S3-compatible store: the broker hands a rig a URL it may PUT one artifact to
 // (and fleetctl one it may GET it from) without the rig ever holding the
-// store's credentials (docs/PROTOCOL.md §10.3).
+// store's credentials (docs/PROTOCOL.md §10.1).
 //
 // Pure computation: strings in, a URL out; HMAC-SHA256 and SHA-256 from
 // OpenSSL. Checked against AWS's published presigned-URL example
