@@ -325,8 +325,11 @@ void ArtifactEndpoint::head_checked(Upload& u, const HeadCheck& c) {
     return refuse(u, 409, "size_mismatch",
                   where + " has " + std::to_string(c.length) + " bytes, the rig declared " + std::to_string(u.declared));
   }
-  if (!c.meta_sha256.empty() && c.meta_sha256 != u.sha256) {
-    return refuse(u, 409, "digest_mismatch", where + " carries sha256 " + c.meta_sha256 + ", the rig declared " + u.sha256);
+  // The PUT had to carry it (it is signed into the URL): an object without it
+  // was not put by that URL.
+  if (c.meta_sha256 != u.sha256) {
+    return refuse(u, 409, "digest_mismatch",
+                  where + " carries sha256 '" + c.meta_sha256 + "' (" + kShaMeta + "), the rig declared " + u.sha256);
   }
   ArtifactInfo info;
   info.cmd_id = u.cmd_id;
