@@ -146,6 +146,11 @@ class S3ArtifactsTest(harness.LabTestCase):
         self.assertIn("X-Amz-Signature=", body["location"])
         with urllib.request.urlopen(body["location"], timeout=30) as r:
             self.assertEqual(r.read(), expected["junit.xml"])
+        # ?location (the dashboard's way): the same URL as JSON, no redirect.
+        status, body = broker.api("GET", f"/v1/commands/{cmd}/artifacts/core.dump?location=1")
+        self.assertEqual(status, 200, body)
+        with urllib.request.urlopen(body["location"], timeout=30) as r:
+            self.assertEqual(r.read(), expected["core.dump"])
         # fleetctl lists them and fetches them back through the broker, digests checked.
         r = self.fleetctl(broker, "artifacts", cmd)
         self.assertEqual(r.returncode, 0, r.stderr)

@@ -55,11 +55,14 @@ HttpResponse get_command_artifact(const RouteContext& ctx) {
                         "the artifact is kept in an S3 store (key " + a->s3_key + ") this broker is not configured for");
     }
     const std::string url = ctx.options.artifact_s3_url(*a);
-    HttpResponse r = json_response(307, nlohmann::ordered_json{{"name", a->name},
+    // ?location: the URL as JSON, 200, for a browser page (a fetch() that
+    // followed the 307 across origins would need the store to allow CORS).
+    const bool location_only = parse_query(ctx.request.query).count("location") != 0;
+    HttpResponse r = json_response(location_only ? 200 : 307, nlohmann::ordered_json{{"name", a->name},
                                                                {"size", a->size},
                                                                {"sha256", a->sha256},
                                                                {"location", url}});
-    r.headers.emplace_back("Location", url);
+    if (!location_only) r.headers.emplace_back("Location", url);
     r.headers.emplace_back("X-Fleetlink-Sha256", a->sha256);
     return r;
   }
