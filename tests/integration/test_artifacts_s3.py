@@ -75,6 +75,7 @@ class S3ArtifactLab:
                                   "echo wrote it"],
                          "cwd": self.cwd, "artifacts": ["big/huge.bin"]},
             "long": {"argv": ["/bin/sh", "-c", "echo started; exec sleep 600"], "timeout_s": 600},
+            "one": {"argv": ["/bin/sh", "-c", "echo just the log"]},
         }
         self.path = lab.path("suites.json")
         with open(self.path, "w") as f:
@@ -191,6 +192,20 @@ class S3ArtifactsTest(harness.LabTestCase):
         self.assertEqual(self.s3.objects(), [])
         status, listing = broker.api("GET", f"/v1/commands/{v['cmd_id']}/artifacts")
         self.assertEqual(listing["artifacts"], [])
+
+    def test_a_store_that_is_down_is_retried_then_said_and_the_command_still_ends(self):
+        broker = s3_broker(self.lab, self.s3)
+        agent = self.lab.agent("rig-s3", broker, suites=self.alab.path)
+        broker.wait_rigs(["rig-s3"])
+        self.s3.proc.stop()
+        v = broker.run("rig-s3", "suite", {"suite": "one"}, timeout=90)
+        self.assertEqual(v["state"], "succeeded", v)
+        self.assertEqual(v["artifacts"], [], v)
+        self.assertIn("artifact output.log not stored: upload failed: ", v["result"]["detail"])
+        self.assertIn("(the S3 store)", v["result"]["detail"])
+        # Each attempt asked the broker again (a fresh URL), three in all.
+        self.assertEqual(len(broker.log().split(f"artifact output.log of {v['cmd_id']} goes to the S3 store")) - 1, 3)
+        self.assertRegex(agent.log(), r"artifact output\.log of " + v["cmd_id"] + r": attempt 2 failed")
 
     def test_the_broker_records_only_what_the_store_holds(self):
         broker = s3_broker(self.lab, self.s3)
