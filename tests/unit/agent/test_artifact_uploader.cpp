@@ -71,7 +71,8 @@ namespace {
 // path with what `answer` returns, and keeps the request lines and bodies.
 class FakeRigPort {
  public:
-  using Answer = std::function<std::string(const std::string& request_line)>;
+  // The request line and this port's own base URL (for answers that point back here).
+  using Answer = std::function<std::string(const std::string& request_line, const std::string& base_url)>;
   explicit FakeRigPort(Answer answer) : answer_(std::move(answer)) {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     REQUIRE(fd_ >= 0);
@@ -86,9 +87,9 @@ class FakeRigPort {
     thread_ = std::thread([this] { serve(); });
   }
   ~FakeRigPort() {
-    ::shutdown(fd_, SHUT_RDWR);
-    ::close(fd_);
+    ::shutdown(fd_, SHUT_RDWR);  // wakes the accept()
     thread_.join();
+    ::close(fd_);
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   std::vector<std::string> requests() {
@@ -135,7 +136,7 @@ class FakeRigPort {
         for (auto& ch : head) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
         heads_.push_back(std::move(head));
       }
-      const std::string out = answer_(line);
+      const std::string out = answer_(line, url());
       (void)!::send(c, out.data(), out.size(), MSG_NOSIGNAL);
       ::close(c);
     }
@@ -189,7 +190,7 @@ constexpr const char* kHelloSha = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa74
 
 TEST_CASE("a broker from before the S3 store (plain 404 to the question) gets the POST as before") {
   UploadDir d;
-  FakeRigPort old_broker([](const std::string& line) {
+  FakeRigPort old_broker([](const std::string& line, const std::string&) {
     if (line.find(" /v1/artifact-targets/") != std::string::npos) return http(404, "WebSocket endpoint only");
     return http(201, R"({"name":"hello.txt","size":5})");
   });
@@ -207,7 +208,7 @@ TEST_CASE("a broker from before the S3 store (plain 404 to the question) gets th
 
 TEST_CASE("a JSON refusal of the question is final: no upload follows") {
   UploadDir d;
-  FakeRigPort broker([](const std::string&) {
+  FakeRigPort broker([](const std::string&, const std::string&) {
     return http(404, R"({"error":"unknown_command","detail":"no command"})");
   });
   const UploadReport r = upload(broker.url(), d.file);
@@ -219,8 +220,7 @@ TEST_CASE("a JSON refusal of the question is final: no upload follows") {
 
 TEST_CASE("an S3 target: PUT with the signed headers, then the broker is told") {
   UploadDir d;
-  std::string base;
-  FakeRigPort both([&](const std::string& line) {
+  FakeRigPort both([](const std::string& line, const std::string& base) {
     if (line.find("uploaded=1") != std::string::npos) return http(201, R"({"store":"s3"})");
     if (line.find(" /v1/artifact-targets/") != std::string::npos) {
       return http(200, std::string(R"({"store":"s3","method":"PUT","url":")") + base +
@@ -230,8 +230,7 @@ TEST_CASE("an S3 target: PUT with the signed headers, then the broker is told") 
     if (line.rfind("PUT /bucket/p/k?X-Amz-Signature=ab ", 0) == 0) return http(200, "");
     return http(400, "unexpected");
   });
-  base = both.url();
-  const UploadReport r = upload(base, d.file);
+  const UploadReport r = upload(both.url(), d.file);
   CHECK(r.problems.empty());
   REQUIRE(r.stored.size() == 1);
   CHECK(r.stored[0].sha256 == kHelloSha);
