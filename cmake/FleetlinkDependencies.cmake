@@ -18,4 +18,4 @@ target_compile_definitions(fleetlink_msgpack INTERFACE MSGPACK_NO_BOOST MSGPACK_
 if(FLEETLINK_BUILD_TESTS)
   find_package(doctest CONFIG REQUIRED)
 endif()
-find_package(CURL REQUIRED)  # the agent uploads artifacts, fleetctl talks to the control API
+find_package(CURL REQUIRED)  # the agent uploads artifacts, fleetctl talks to the control API, the broker HEADs S3 objects

@@ -30,7 +30,7 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
-# node and npm for tests/browser: Debian's nodejs is enough; a node already on the
+# node and npm for tests/browser and tests/s3: Debian's nodejs is enough; a node already on the
 # machine (any other packaging) is kept.
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
@@ -41,3 +41,8 @@ echo "install-deps.sh: ${#packages[@]} packages present, node $(node --version)"
 tests_browser="$(cd "$(dirname "$0")/.." && pwd)/tests/browser"
 (cd "$tests_browser" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error)
 echo "install-deps.sh: tests/browser/node_modules ready"
+# s3rver, an S3-compatible server for the artifact store's S3 path
+# (tests/integration/test_artifacts_s3.py), exactly as package-lock.json pins it.
+tests_s3="$(cd "$(dirname "$0")/.." && pwd)/tests/s3"
+(cd "$tests_s3" && npm ci --no-audit --no-fund --loglevel=error)
+echo "install-deps.sh: tests/s3/node_modules ready"

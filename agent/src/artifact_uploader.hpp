@@ -6,9 +6,16 @@
 // or the rig's other commands. The RESULT is sent only once every upload of its
 // command has been answered: it names only what the broker stored.
 //
+// Each artifact first asks the broker where it goes (`POST /v1/artifact-targets/`):
+// to the broker itself, or, when the broker has an S3-compatible store, to a
+// presigned URL it PUTs the file to, then tells the broker it is there. A
+// broker that does not know the question (plain 404) gets the POST as always.
+//
 // A transport error or a 5xx answer is retried (the upload starts again from
 // its first byte: the broker keeps nothing of a cut-off body); a 4xx answer is
 // final and said in the RESULT's detail.
+#include <curl/curl.h>
+
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -68,9 +75,20 @@ class ArtifactUploader {
     std::vector<Attachment> files;
     Done done;
   };
+  enum class Outcome : std::uint8_t { stored, retry, final };
+  struct Answer {
+    CURLcode rc = CURLE_OK;
+    long status = 0;
+    std::string body;  // its first 4 KiB
+    bool unreadable = false;
+  };
   void run();
   UploadReport upload_all(const Job& job);
   bool upload_one(const Job& job, const Attachment& a, msg::ArtifactRef& ref, std::string& problem);
+  Outcome attempt_once(const Job& job, const Attachment& a, const msg::ArtifactRef& ref, std::string& problem) const;
+  Answer exchange(const std::string& url, const char* method, const Attachment* body, std::uint64_t size,
+                  const std::vector<std::string>& headers, bool to_broker) const;
+  static Outcome judge(const Answer& r, long wanted, const std::string& who, std::string& problem);
 
   UploadSettings settings_;
   std::mutex mu_;

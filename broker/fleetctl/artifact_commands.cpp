@@ -66,15 +66,20 @@ int artifact_fetch(JobCli& cli, const std::string& cmd_id, const std::string& na
   fleetlink::Sha256 sha;
   std::uint64_t got = 0;
   TransportError e;
-  const long status = cli.client.stream(
-      "/v1/commands/" + cli.client.escape(cmd_id) + "/artifacts/" + cli.client.escape(name),
-      [&](std::string_view piece) {
-        out.write(piece.data(), static_cast<std::streamsize>(piece.size()));
-        sha.update(piece);
-        got += piece.size();
-        return static_cast<bool>(out);
-      },
-      e);
+  const auto take = [&](std::string_view piece) {
+    out.write(piece.data(), static_cast<std::streamsize>(piece.size()));
+    sha.update(piece);
+    got += piece.size();
+    return static_cast<bool>(out);
+  };
+  std::string location;
+  long status = cli.client.stream(
+      "/v1/commands/" + cli.client.escape(cmd_id) + "/artifacts/" + cli.client.escape(name), take, e, 0, &location);
+  if (status == 307 && !location.empty()) {
+    // Kept in the broker's S3 store: fetched there, by the URL the broker signed
+    // (the token stays with the broker).
+    status = cli.client.stream_url(location, take, e);
+  }
   out.close();
   const std::string digest = sha.hex();
   auto give_up = [&](const std::string& why) {

@@ -20,10 +20,16 @@ std::size_t append_body(char* data, std::size_t size, std::size_t n, void* user)
 struct StreamSink {
   const std::function<bool(std::string_view)>* on_data;
   bool stopped = false;
+  CURL* curl = nullptr;  // set: a 3xx answer's body is dropped (it is no artifact)
 };
 
 std::size_t stream_body(char* data, std::size_t size, std::size_t n, void* user) {
   auto* sink = static_cast<StreamSink*>(user);
+  if (sink->curl != nullptr) {
+    long status = 0;
+    curl_easy_getinfo(sink->curl, CURLINFO_RESPONSE_CODE, &status);
+    if (status >= 300 && status < 400) return size * n;
+  }
   if (!(*sink->on_data)(std::string_view(data, size * n))) {
     sink->stopped = true;
     return 0;  // makes curl abort the transfer
@@ -122,7 +128,18 @@ std::optional<HttpResult> ControlClient::call(std::string_view method, std::stri
 
 long ControlClient::stream(std::string_view path,
                            const std::function<bool(std::string_view)>& on_data,
-                           TransportError& error, long timeout_ms) {
+                           TransportError& error, long timeout_ms, std::string* redirect) {
+  return stream_impl(base_url_ + std::string(path), true, on_data, error, timeout_ms, redirect);
+}
+
+long ControlClient::stream_url(const std::string& url, const std::function<bool(std::string_view)>& on_data,
+                               TransportError& error) {
+  return stream_impl(url, false, on_data, error, 0, nullptr);
+}
+
+long ControlClient::stream_impl(const std::string& url, bool to_broker,
+                                const std::function<bool(std::string_view)>& on_data, TransportError& error,
+                                long timeout_ms, std::string* redirect) {
   timed_out_ = false;
   CURL* curl = impl_->curl;
   if (curl == nullptr) {
@@ -130,16 +147,15 @@ long ControlClient::stream(std::string_view path,
     return 0;
   }
   curl_easy_reset(curl);
-  const std::string url = base_url_ + std::string(path);
-  curl_slist* headers = curl_slist_append(nullptr, "Accept: text/event-stream");
+  curl_slist* headers = to_broker ? curl_slist_append(nullptr, "Accept: text/event-stream") : nullptr;
   std::string auth;
-  if (!token_.empty()) {
+  if (to_broker && !token_.empty()) {
     auth = "Authorization: Bearer " + token_;
     headers = curl_slist_append(headers, auth.c_str());
   }
-  StreamSink sink{&on_data};
+  StreamSink sink{&on_data, false, redirect != nullptr ? curl : nullptr};
   curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-  set_tls(curl);
+  if (to_broker) set_tls(curl);
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
@@ -152,6 +168,11 @@ long ControlClient::stream(std::string_view path,
   curl_slist_free_all(headers);
   long status = 0;
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+  if (redirect != nullptr && status >= 300 && status < 400) {
+    char* location = nullptr;
+    curl_easy_getinfo(curl, CURLINFO_REDIRECT_URL, &location);
+    *redirect = location != nullptr ? location : "";
+  }
   if (rc == CURLE_OPERATION_TIMEDOUT && status == 200) {
     timed_out_ = true;
     return status;

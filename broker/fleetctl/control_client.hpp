@@ -35,8 +35,14 @@ class ControlClient {
   // the server closes, `on_data` returns false, or an error happens.
   // Returns the HTTP status (0 when there was none). timeout_ms > 0: it ends
   // then at the latest (timed_out() says so).
+  // redirect set: a 3xx answer's body is not handed on, and its Location is
+  // put there (an artifact kept in an S3 store answers 307 to a presigned URL).
   long stream(std::string_view path, const std::function<bool(std::string_view)>& on_data,
-              TransportError& error, long timeout_ms = 0);
+              TransportError& error, long timeout_ms = 0, std::string* redirect = nullptr);
+  // The same for an absolute URL elsewhere (a presigned one): no token is sent
+  // and the system's CAs check an https server.
+  long stream_url(const std::string& url, const std::function<bool(std::string_view)>& on_data,
+                  TransportError& error);
   bool timed_out() const noexcept { return timed_out_; }
 
   // Percent-encodes one path segment (a rig id or cmd_id).
@@ -51,6 +57,8 @@ class ControlClient {
 
  private:
   struct Impl;
+  long stream_impl(const std::string& url, bool to_broker, const std::function<bool(std::string_view)>& on_data,
+                   TransportError& error, long timeout_ms, std::string* redirect);
   std::unique_ptr<Impl> impl_;
   std::string base_url_;
   std::string token_;

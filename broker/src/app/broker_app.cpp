@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <ctime>
@@ -185,6 +186,13 @@ Expected<void> BrokerApp::start() {
   copts.default_drain_window = std::chrono::milliseconds(cfg_.drain_window_ms);
   copts.store = store_.get();
   copts.artifacts = artifacts_.get();
+  if (artifact_s3_) {
+    copts.artifact_s3_url = [target = &*artifact_s3_](const ArtifactInfo& a) {
+      const auto now = std::chrono::duration_cast<std::chrono::seconds>(
+          std::chrono::system_clock::now().time_since_epoch());
+      return target->presign("GET", a.s3_key, static_cast<std::uint64_t>(now.count()));
+    };
+  }
   copts.reloader = this;
   // The unfinished jobs go on: the control plane runs them, from the records the store loaded.
   auto cv = create_control_vhost(context_, copts, core_, metrics_, *jobs, /*own_listener=*/true);
@@ -220,7 +228,36 @@ Expected<void> BrokerApp::open_artifacts() {
   if (auto* no = std::get_if<ArtifactError>(&opened)) return make_error(Errc::io, no->detail);
   artifacts_ = std::move(std::get<std::unique_ptr<ArtifactStore>>(opened));
   artifacts_->prune(clock_.wall_ms());
-  artifact_endpoint_ = std::make_unique<net::ArtifactEndpoint>(*artifacts_, core_);
+  if (!cfg_.artifact_s3_endpoint.empty()) {
+    // The keys are read from files: a secret on the command line is in every `ps`.
+    auto read_key = [](const std::string& path, const char* option, std::string& out) -> Expected<void> {
+      std::ifstream in(path);
+      if (!in) return make_error(Errc::io, std::string(option) + " '" + path + "' cannot be read");
+      std::stringstream ss;
+      ss << in.rdbuf();
+      out = trimmed(ss.str());
+      if (out.empty()) return make_error(Errc::invalid_argument, std::string(option) + " '" + path + "' is empty");
+      return {};
+    };
+    s3::TargetSettings s;
+    s.endpoint = cfg_.artifact_s3_endpoint;
+    s.bucket = cfg_.artifact_s3_bucket;
+    s.region = cfg_.artifact_s3_region;
+    s.prefix = cfg_.artifact_s3_prefix;
+    s.path_style = cfg_.artifact_s3_addressing != "virtual";
+    s.url_ttl_s = cfg_.artifact_s3_url_ttl_s;
+    if (auto r = read_key(cfg_.artifact_s3_access_key_file, "--artifact-s3-access-key-file", s.credentials.access_key); !r)
+      return r;
+    if (auto r = read_key(cfg_.artifact_s3_secret_key_file, "--artifact-s3-secret-key-file", s.credentials.secret_key); !r)
+      return r;
+    std::string why;
+    artifact_s3_ = s3::Target::make(std::move(s), why);
+    if (!artifact_s3_) return make_error(Errc::invalid_argument, why);
+    FL_INFO("artifacts: rigs upload to the S3 store %s (keys %s/<cmd_id>/<name>, URLs valid %u s); records in %s",
+            artifact_s3_->describe().c_str(), cfg_.artifact_s3_prefix.c_str(), cfg_.artifact_s3_url_ttl_s, dir.c_str());
+  }
+  artifact_endpoint_ = std::make_unique<net::ArtifactEndpoint>(*artifacts_, core_,
+                                                               artifact_s3_ ? &*artifact_s3_ : nullptr, loop_);
   rig_.attach_artifacts(artifact_endpoint_.get());
   FL_INFO("artifacts: %s (%llu MiB stored; at most %u MiB each, %u MiB per command, %u MiB in all, %u days)",
           dir.c_str(), static_cast<unsigned long long>(artifacts_->total_bytes() >> 20), cfg_.artifact_max_mib,

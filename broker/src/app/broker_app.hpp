@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "app/config.hpp"
 #include "app/operators.hpp"
@@ -20,6 +21,7 @@
 #include "net/artifact_endpoint.hpp"
 #include "net/rig_protocol.hpp"
 #include "observe/broker_observer.hpp"
+#include "s3/s3_target.hpp"
 #include "observe/metrics.hpp"
 #include "store/command_store.hpp"
 #include "store/registry_backend.hpp"
@@ -102,6 +104,7 @@ class BrokerApp final : public Reloader {
   std::unique_ptr<ControlListener> control_listener_;   // the control port's accept() (control_listener.hpp)
   // Artifacts rigs upload on the rig port (null: no artifact directory, e.g. --store none).
   std::unique_ptr<ArtifactStore> artifacts_;
+  std::optional<s3::Target> artifact_s3_;  // --artifact-s3-endpoint set: rigs upload there
   std::unique_ptr<net::ArtifactEndpoint> artifact_endpoint_;
 
   lws_context* context_ = nullptr;

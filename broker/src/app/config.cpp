@@ -63,6 +63,7 @@ constexpr Limit kLimits[] = {
     {"artifact-store-max-mib", 1, 1'073'741'824},
     {"artifact-retention-days", 1, 3650},
     {"artifact-max-uploads", 1, 4096},
+    {"artifact-s3-url-ttl-s", 1, 604800},
     {"registry-ttl-ms", 3000, 3'600'000},
     {"registry-refresh-ms", 1000, 3'600'000},
     {"mesh-answer-ms", 100, 60000},
@@ -381,6 +382,24 @@ ParseOutcome parse_command_line(int argc, const char* const* argv) {
           "all artifacts kept, in MiB (the oldest commands' go first)");
   r.whole("artifact-retention-days", cfg.artifact_retention_days, "artifacts are kept this long");
   r.whole("artifact-max-uploads", cfg.artifact_max_uploads, "artifact uploads in progress at once");
+  app.add_option("--artifact-s3-endpoint", cfg.artifact_s3_endpoint,
+                 "an S3-compatible store rigs upload artifacts to by presigned URL, http(s)://host[:port] "
+                 "(default: none, the built-in store)");
+  app.add_option("--artifact-s3-bucket", cfg.artifact_s3_bucket, "the S3 store's bucket (it must exist)");
+  app.add_option("--artifact-s3-region", cfg.artifact_s3_region, "the S3 store's region, signed into every URL")
+      ->capture_default_str();
+  app.add_option("--artifact-s3-prefix", cfg.artifact_s3_prefix,
+                 "object keys are <prefix>/<cmd_id>/<name> (\"\": <cmd_id>/<name>)")
+      ->capture_default_str();
+  app.add_option("--artifact-s3-addressing", cfg.artifact_s3_addressing,
+                 "path: <endpoint>/<bucket>/<key>; virtual: <bucket>.<endpoint host>/<key>")
+      ->type_name("TEXT:{path,virtual}")
+      ->capture_default_str();
+  app.add_option("--artifact-s3-access-key-file", cfg.artifact_s3_access_key_file,
+                 "a file holding the S3 access key id (never given on the command line)");
+  app.add_option("--artifact-s3-secret-key-file", cfg.artifact_s3_secret_key_file,
+                 "a file holding the S3 secret access key (never given on the command line)");
+  r.whole("artifact-s3-url-ttl-s", cfg.artifact_s3_url_ttl_s, "a presigned S3 URL is valid this long, in seconds");
   app.add_option("--registry", cfg.registry,
                  "who owns which rig: embedded (this broker alone) or redis (several brokers, one fleet)")
       ->type_name("TEXT:{" + joined(kRegistries, ",") + "}");
@@ -513,6 +532,7 @@ ConfigReport validate(const BrokerConfig& cfg) {
       {"artifact-store-max-mib", cfg.artifact_store_max_mib},
       {"artifact-retention-days", cfg.artifact_retention_days},
       {"artifact-max-uploads", cfg.artifact_max_uploads},
+      {"artifact-s3-url-ttl-s", cfg.artifact_s3_url_ttl_s},
       {"registry-ttl-ms", cfg.registry_ttl_ms},
       {"registry-refresh-ms", cfg.registry_refresh_ms},
       {"mesh-answer-ms", cfg.mesh_answer_ms},
@@ -578,6 +598,19 @@ ConfigReport validate(const BrokerConfig& cfg) {
                          " refused: it is not loopback and the control API has no token, so whoever reaches it "
                          "could command every rig; set operators-file (or control-token-file), or control-open "
                          "to run it open on purpose");
+  }
+  one_of("artifact-s3-addressing", cfg.artifact_s3_addressing, {"path", "virtual"});
+  if (!cfg.artifact_s3_endpoint.empty()) {
+    if (cfg.artifact_s3_endpoint.rfind("http://", 0) != 0 && cfg.artifact_s3_endpoint.rfind("https://", 0) != 0)
+      err("artifact-s3-endpoint", "must be http://host[:port] or https://host[:port] (got '" +
+                                      cfg.artifact_s3_endpoint + "')");
+    const std::pair<std::string_view, const std::string*> s3_needs[] = {
+        {"artifact-s3-bucket", &cfg.artifact_s3_bucket},
+        {"artifact-s3-access-key-file", &cfg.artifact_s3_access_key_file},
+        {"artifact-s3-secret-key-file", &cfg.artifact_s3_secret_key_file}};
+    for (const auto& [key, value] : s3_needs) {
+      if (value->empty()) err(key, "missing: artifact-s3-endpoint needs a bucket and the files of its access key and secret");
+    }
   }
   if (cfg.control_cert.empty() != cfg.control_key.empty())
     err(cfg.control_key.empty() ? "control-key" : "control-cert",  // the one missing

@@ -83,6 +83,16 @@ struct BrokerConfig {
   std::uint32_t artifact_store_max_mib = 20480;      // the whole store (oldest pruned first)
   std::uint32_t artifact_retention_days = 7;
   std::uint32_t artifact_max_uploads = 64;           // uploads in progress at once
+  // An S3-compatible store instead (docs/OPERATIONS.md §12.5): rigs PUT to a
+  // presigned URL. Off while artifact_s3_endpoint is empty.
+  std::string artifact_s3_endpoint;                  // "http(s)://host[:port]"
+  std::string artifact_s3_bucket;
+  std::string artifact_s3_region = "us-east-1";
+  std::string artifact_s3_prefix = "fleetlink";      // keys: <prefix>/<cmd_id>/<name>
+  std::string artifact_s3_addressing = "path";       // path | virtual
+  std::string artifact_s3_access_key_file;           // the access key id, one line
+  std::string artifact_s3_secret_key_file;           // the secret access key, one line
+  std::uint32_t artifact_s3_url_ttl_s = 900;         // a presigned URL is valid this long
   // Several brokers, one fleet (docs/OPERATIONS.md, "Several brokers").
   std::string registry = "embedded";                 // embedded | redis
   HostPort redis{"127.0.0.1", 6379};

@@ -230,6 +230,14 @@ void check_files(const BrokerConfig& cfg, ConfigReport& r) {
     if (auto keys = net::JwtVerifier::load(cfg.rig_token_keys, {}); !keys)
       r.errors.push_back(config_origin(cfg, "rig-token-keys") + ": " + keys.error().detail);
   }
+  if (!cfg.artifact_s3_endpoint.empty()) {
+    for (const char* key : {"artifact-s3-access-key-file", "artifact-s3-secret-key-file"}) {
+      const std::string& path = std::string_view(key) == "artifact-s3-access-key-file" ? cfg.artifact_s3_access_key_file
+                                                                                       : cfg.artifact_s3_secret_key_file;
+      if (path.empty()) continue;  // said by check_values
+      if (auto e = readable(path); !e.empty()) r.errors.push_back(config_origin(cfg, key) + ": " + e);
+    }
+  }
   if (cfg.store == "sqlite") {
     if (auto e = usable_directory(cfg.state_dir); !e.empty())
       r.errors.push_back(config_origin(cfg, "state-dir") + ": " + e + " (the sqlite command store lives there)");

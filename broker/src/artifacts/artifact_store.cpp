@@ -53,12 +53,14 @@ std::optional<ArtifactInfo> read_meta(const fs::path& file) {
       !str("rig_id", a.rig_id) || !num("stored_at_ms", a.stored_at_ms)) {
     return std::nullopt;
   }
+  if (j.contains("s3_key") && !str("s3_key", a.s3_key)) return std::nullopt;
   return a;
 }
 
 bool write_meta(const fs::path& file, const ArtifactInfo& a) {
-  const nlohmann::json j = {{"cmd_id", a.cmd_id}, {"name", a.name},     {"size", a.size},
-                            {"sha256", a.sha256}, {"rig_id", a.rig_id}, {"stored_at_ms", a.stored_at_ms}};
+  nlohmann::json j = {{"cmd_id", a.cmd_id}, {"name", a.name},     {"size", a.size},
+                      {"sha256", a.sha256}, {"rig_id", a.rig_id}, {"stored_at_ms", a.stored_at_ms}};
+  if (!a.s3_key.empty()) j["s3_key"] = a.s3_key;
   const fs::path tmp = file.string() + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
@@ -141,7 +143,9 @@ void ArtifactStore::recount() {
   std::error_code ec;
   for (const auto& dir : fs::directory_iterator(root_, ec)) {
     if (!dir.is_directory(ec) || !valid_cmd_dir(dir.path().filename().string())) continue;
-    for (const auto& a : list(dir.path().filename().string())) total_bytes_ += a.size;
+    for (const auto& a : list(dir.path().filename().string())) {
+      if (a.s3_key.empty()) total_bytes_ += a.size;  // the S3 store's bytes are not on this disk
+    }
   }
 }
 
@@ -154,7 +158,7 @@ std::uint64_t ArtifactStore::command_bytes(std::string_view cmd_id, std::string_
 }
 
 std::optional<ArtifactError> ArtifactStore::check(std::string_view cmd_id, std::string_view name,
-                                                  std::uint64_t declared) const {
+                                                  std::uint64_t declared, bool here) const {
   if (!valid_cmd_dir(cmd_id)) return refuse(ArtifactRefusal::bad_name, "not a command id: " + std::string(cmd_id));
   if (!valid_artifact_name(name)) {
     return refuse(ArtifactRefusal::bad_name, "artifact names are 1..128 of [A-Za-z0-9._-], not starting with '.'");
@@ -169,6 +173,7 @@ std::optional<ArtifactError> ArtifactStore::check(std::string_view cmd_id, std::
                   "the command's artifacts would be " + std::to_string(others + declared) + " bytes, over the " +
                       std::to_string(limits_.max_command_bytes) + "-byte limit per command");
   }
+  if (!here) return std::nullopt;
   if (total_bytes_ + declared > limits_.max_total_bytes) {
     return refuse(ArtifactRefusal::store_full, "the artifact store holds " + std::to_string(total_bytes_) +
                                                    " of its " + std::to_string(limits_.max_total_bytes) + " bytes");
@@ -231,7 +236,7 @@ ArtifactResult<ArtifactInfo> ArtifactStore::commit(Incoming& in, std::string_vie
   if (ec) return refuse(ArtifactRefusal::io, "artifact directory " + dir.string() + ": " + ec.message());
   const std::uint64_t replaced = [&] {
     auto old = find(in.info_.cmd_id, in.info_.name);
-    return old ? old->size : 0;
+    return old && old->s3_key.empty() ? old->size : 0;
   }();
   // The bytes first, then what lists them: a crash in between leaves a file
   // that nothing lists (removed with its directory at retention), never a
@@ -251,6 +256,24 @@ ArtifactResult<ArtifactInfo> ArtifactStore::commit(Incoming& in, std::string_vie
   return info;
 }
 
+ArtifactResult<ArtifactInfo> ArtifactStore::record_remote(ArtifactInfo info) {
+  if (info.s3_key.empty()) return refuse(ArtifactRefusal::io, "no S3 key to record");
+  if (auto no = check(info.cmd_id, info.name, info.size, /*here=*/false)) return *no;
+  const fs::path dir = fs::path(root_) / info.cmd_id;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return refuse(ArtifactRefusal::io, "artifact directory " + dir.string() + ": " + ec.message());
+  // A local artifact of the same name (an earlier upload to the broker) is replaced.
+  const auto old = find(info.cmd_id, info.name);
+  if (!write_meta(dir / meta_name(info.name), info))
+    return refuse(ArtifactRefusal::store_full, "writing the artifact's record failed (disk full?)");
+  if (old && old->s3_key.empty()) {
+    fs::remove(dir / info.name, ec);
+    total_bytes_ -= std::min(total_bytes_, old->size);
+  }
+  return info;
+}
+
 std::vector<ArtifactInfo> ArtifactStore::list(std::string_view cmd_id) const {
   std::vector<ArtifactInfo> out;
   if (!valid_cmd_dir(cmd_id)) return out;
@@ -260,7 +283,7 @@ std::vector<ArtifactInfo> ArtifactStore::list(std::string_view cmd_id) const {
     const std::string file = e.path().filename().string();
     if (file.size() < 7 || file.front() != '.' || !file.ends_with(".json")) continue;
     auto a = read_meta(e.path());
-    if (a && a->cmd_id == cmd_id && fs::exists(dir / a->name, ec)) out.push_back(std::move(*a));
+    if (a && a->cmd_id == cmd_id && (!a->s3_key.empty() || fs::exists(dir / a->name, ec))) out.push_back(std::move(*a));
   }
   std::sort(out.begin(), out.end(), [](const ArtifactInfo& a, const ArtifactInfo& b) { return a.name < b.name; });
   return out;
@@ -271,12 +294,14 @@ std::optional<ArtifactInfo> ArtifactStore::find(std::string_view cmd_id, std::st
   const fs::path dir = fs::path(root_) / std::string(cmd_id);
   auto a = read_meta(dir / meta_name(name));
   std::error_code ec;
-  if (!a || a->cmd_id != cmd_id || a->name != name || !fs::exists(dir / a->name, ec)) return std::nullopt;
+  if (!a || a->cmd_id != cmd_id || a->name != name || (a->s3_key.empty() && !fs::exists(dir / a->name, ec)))
+    return std::nullopt;
   return a;
 }
 
 std::string ArtifactStore::path_of(std::string_view cmd_id, std::string_view name) const {
-  if (!find(cmd_id, name)) return {};
+  const auto a = find(cmd_id, name);
+  if (!a || !a->s3_key.empty()) return {};
   return (fs::path(root_) / std::string(cmd_id) / std::string(name)).string();
 }
 
@@ -294,7 +319,7 @@ std::size_t ArtifactStore::prune(std::uint64_t now_ms) {
     Command c{id, 0, 0};
     for (const auto& a : list(id)) {
       c.newest_ms = std::max(c.newest_ms, a.stored_at_ms);
-      c.bytes += a.size;
+      if (a.s3_key.empty()) c.bytes += a.size;  // an S3 object's record is pruned, its bytes are the bucket's
     }
     commands.push_back(std::move(c));
   }

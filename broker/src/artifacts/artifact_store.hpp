@@ -6,6 +6,8 @@
 // Layout under the root (default <state-dir>/artifacts):
 //   <cmd_id>/<name>          the bytes, exactly as uploaded
 //   <cmd_id>/.<name>.json    what is known of them: size, sha256, rig, time
+//                            (and s3_key for one kept in an S3-compatible
+//                            store: then only this record is here)
 //   .incoming/<random>       uploads in progress; renamed into place only once
 //                            complete and checked, so nothing half-stored is
 //                            ever listed. Leftovers of a crash are removed at open.
@@ -42,6 +44,9 @@ struct ArtifactInfo {
   std::string sha256;
   std::string rig_id;
   std::uint64_t stored_at_ms = 0;  // Unix ms
+  // Where the bytes are when not here: the object's key in the S3-compatible
+  // store (--artifact-s3-*; only the record is kept under the root). "" : here.
+  std::string s3_key;
 };
 
 // Why an upload cannot start or finish; each has its HTTP answer (net/artifact_endpoint.cpp).
@@ -97,16 +102,23 @@ class ArtifactStore {
 
   // Checks the name and every limit against the declared size (an artifact of
   // the same name is replaced: a restarted upload), then opens the temporary file.
-  std::optional<ArtifactError> check(std::string_view cmd_id, std::string_view name, std::uint64_t declared) const;
+  // here=false: the bytes go to the S3 store; the limits of one artifact and of
+  // the command hold, the store's total and its uploads in progress are not ours.
+  std::optional<ArtifactError> check(std::string_view cmd_id, std::string_view name, std::uint64_t declared,
+                                     bool here = true) const;
   ArtifactResult<Incoming> begin(ArtifactInfo info, std::uint64_t declared);
   std::optional<ArtifactError> write(Incoming& in, std::string_view bytes);
   // The body is complete: its length must be the declared one and its digest
   // (the caller's, lower-case hex) the declared sha256. Then it is in place.
   ArtifactResult<ArtifactInfo> commit(Incoming& in, std::string_view computed_sha256);
 
+  // An artifact the rig put into the S3 store (info.s3_key set), once the broker
+  // has seen the object: the limits are checked again, then it is listed.
+  ArtifactResult<ArtifactInfo> record_remote(ArtifactInfo info);
+
   std::vector<ArtifactInfo> list(std::string_view cmd_id) const;
   std::optional<ArtifactInfo> find(std::string_view cmd_id, std::string_view name) const;
-  // The file to read the bytes from ("" when unknown).
+  // The file to read the bytes from ("" when unknown or kept in the S3 store).
   std::string path_of(std::string_view cmd_id, std::string_view name) const;
 
   // Retention: every command whose artifacts are older than max_age_ms, then the

@@ -103,6 +103,7 @@ const char* http_reason_phrase(int status) noexcept {
     case 200: return "OK";
     case 202: return "Accepted";
     case 204: return "No Content";
+    case 307: return "Temporary Redirect";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
     case 404: return "Not Found";

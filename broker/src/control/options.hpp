@@ -1,11 +1,13 @@
 #pragma once
 // The control API's settings, as the router and its handlers see them.
 #include <chrono>
+#include <functional>
 #include <string>
 
 namespace fleetlink::broker {
 
 class ArtifactStore;
+struct ArtifactInfo;
 class AuditLog;
 class Authenticator;
 class CommandStore;
@@ -36,6 +38,9 @@ struct ControlApiOptions {
   JobTable* jobs = nullptr;
   // Artifacts rigs uploaded (GET /v1/commands/{id}/artifacts...). Null: none kept.
   const ArtifactStore* artifacts = nullptr;
+  // A presigned GET URL for an artifact kept in the S3-compatible store
+  // (ArtifactInfo::s3_key): its GET answers 307 there. Empty: no S3 store configured.
+  std::function<std::string(const ArtifactInfo&)> artifact_s3_url;
   // POST /v1/admin/reload (control/reload.hpp). Null: that route answers 503.
   Reloader* reloader = nullptr;
 };

@@ -1,6 +1,7 @@
 // GET /v1/commands/{cmd}/artifacts and GET /v1/commands/{cmd}/artifacts/{name}:
 // the files rigs uploaded for a command (artifacts/artifact_store.hpp), listed
-// with their size and digest, and their bytes, streamed from the file.
+// with their size and digest, and their bytes, streamed from the file (or, for
+// one kept in the S3-compatible store, a 307 to a presigned GET URL).
 #include <string>
 
 #include "artifacts/artifact_store.hpp"
@@ -19,6 +20,7 @@ nlohmann::ordered_json artifacts_json(const ArtifactStore& store, const std::str
                     {"sha256", a.sha256},
                     {"rig_id", a.rig_id},
                     {"stored_at_ms", a.stored_at_ms},
+                    {"store", a.s3_key.empty() ? "broker" : "s3"},
                     {"href", "/v1/commands/" + cmd_id + "/artifacts/" + a.name}});
   }
   return list;
@@ -45,6 +47,24 @@ HttpResponse get_command_artifact(const RouteContext& ctx) {
                                                      {"cmd_id", cmd_id},
                                                      {"name", name},
                                                      {"detail", "no such artifact (never uploaded, or past retention)"}});
+  }
+  if (!a->s3_key.empty()) {
+    // Kept in the S3 store: the client fetches it there, by a URL signed for a while.
+    if (!ctx.options.artifact_s3_url) {
+      return json_error(503, "s3_off",
+                        "the artifact is kept in an S3 store (key " + a->s3_key + ") this broker is not configured for");
+    }
+    const std::string url = ctx.options.artifact_s3_url(*a);
+    // ?location: the URL as JSON, 200, for a browser page (a fetch() that
+    // followed the 307 across origins would need the store to allow CORS).
+    const bool location_only = parse_query(ctx.request.query).count("location") != 0;
+    HttpResponse r = json_response(location_only ? 200 : 307, nlohmann::ordered_json{{"name", a->name},
+                                                               {"size", a->size},
+                                                               {"sha256", a->sha256},
+                                                               {"location", url}});
+    if (!location_only) r.headers.emplace_back("Location", url);
+    r.headers.emplace_back("X-Fleetlink-Sha256", a->sha256);
+    return r;
   }
   HttpResponse r;
   r.status = 200;

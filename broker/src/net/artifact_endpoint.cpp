@@ -1,6 +1,9 @@
 #include "net/artifact_endpoint.hpp"
 
+#include <curl/curl.h>
+
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -51,17 +54,87 @@ int http_status_of(ArtifactRefusal why) {
   return 500;
 }
 
+// The x-amz-meta-* header the rig's PUT carries: the sha256 it declared, kept
+// with the object so the broker's HEAD (and anyone's) can compare it.
+constexpr const char* kShaMeta = "x-amz-meta-fleetlink-sha256";
+
+std::uint64_t now_s() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+}
+
 }  // namespace
 
+// A signed HEAD of an object in the S3 store, run on libuv's thread pool (a
+// blocking libcurl call never holds the loop); the answer comes back on the loop.
+struct ArtifactEndpoint::HeadCheck {
+  uv_work_t req{};
+  std::string url;
+  ArtifactEndpoint* endpoint = nullptr;
+  std::shared_ptr<bool> alive;
+  lws* wsi = nullptr;
+  std::uint64_t upload_id = 0;
+  // The answer
+  CURLcode rc = CURLE_OK;
+  long status = 0;
+  curl_off_t length = -1;
+  std::string meta_sha256;
+  std::string curl_error;
+
+  static std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
+    auto* self = static_cast<HeadCheck*>(user);
+    std::string_view line(data, size * n);
+    const auto colon = line.find(':');
+    if (colon != std::string_view::npos) {
+      std::string name(line.substr(0, colon));
+      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+      if (name == kShaMeta) {
+        std::string_view v = line.substr(colon + 1);
+        while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+        while (!v.empty() && (v.back() == '\r' || v.back() == '\n' || v.back() == ' ')) v.remove_suffix(1);
+        self->meta_sha256 = std::string(v);
+      }
+    }
+    return size * n;
+  }
+
+  void run() {
+    CURL* c = curl_easy_init();
+    if (c == nullptr) {
+      rc = CURLE_FAILED_INIT;
+      return;
+    }
+    char errbuf[CURL_ERROR_SIZE] = {};
+    curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, this);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+    rc = curl_easy_perform(c);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+    if (rc != CURLE_OK) curl_error = errbuf[0] != '\0' ? errbuf : curl_easy_strerror(rc);
+    curl_easy_cleanup(c);
+  }
+};
+
 struct ArtifactEndpoint::Upload {
-  enum class Phase : std::uint8_t { authorizing, receiving, answering };
+  enum class Phase : std::uint8_t { authorizing, receiving, checking, answering };
+  // upload: the bytes come in this request; ask: where to upload them;
+  // uploaded: they are in the S3 store, record them.
+  enum class Kind : std::uint8_t { upload, ask, uploaded };
   lws* wsi = nullptr;
   std::uint64_t id = 0;
   Phase phase = Phase::authorizing;
+  Kind kind = Kind::upload;
   std::string cmd_id;
   std::string name;
   std::string sha256;             // declared
   std::uint64_t declared = 0;
+  std::string rig_id;             // the command's, once authorized
   CertIdentity identity;
   std::string early;              // body bytes that came before the command was found
   bool paused = false;
@@ -72,8 +145,12 @@ struct ArtifactEndpoint::Upload {
   std::string body;
 };
 
-ArtifactEndpoint::ArtifactEndpoint(ArtifactStore& store, Fleet& fleet) : store_(store), fleet_(fleet) {}
-ArtifactEndpoint::~ArtifactEndpoint() = default;
+ArtifactEndpoint::ArtifactEndpoint(ArtifactStore& store, Fleet& fleet, const s3::Target* s3, uv_loop_t* loop)
+    : store_(store), fleet_(fleet), s3_(s3 != nullptr && loop != nullptr ? s3 : nullptr), loop_(loop) {
+  // Before any thread of the pool uses curl: curl_global_init is not thread-safe.
+  if (s3_ != nullptr) curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+ArtifactEndpoint::~ArtifactEndpoint() { *alive_ = false; }
 
 int ArtifactEndpoint::on_request(lws* wsi, std::string_view uri) {
   auto owned = std::make_unique<Upload>();
@@ -82,14 +159,16 @@ int ArtifactEndpoint::on_request(lws* wsi, std::string_view uri) {
   u.id = ++next_id_;
   uploads_[wsi] = std::move(owned);
 
+  const bool target = uri.starts_with(kTargetPrefix);
   if (lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) <= 0) {
-    refuse(u, 405, "method_not_allowed", "artifacts are uploaded with POST");
+    refuse(u, 405, "method_not_allowed", target ? "artifact targets are asked with POST" : "artifacts are uploaded with POST");
     return 0;
   }
-  std::string_view rest = uri.substr(kPathPrefix.size());
+  std::string_view rest = uri.substr(target ? kTargetPrefix.size() : kPathPrefix.size());
   const auto slash = rest.find('/');
   if (slash == std::string_view::npos) {
-    refuse(u, 400, "bad_request", "the path is /v1/artifacts/{cmd_id}/{name}");
+    refuse(u, 400, "bad_request",
+           target ? "the path is /v1/artifact-targets/{cmd_id}/{name}" : "the path is /v1/artifacts/{cmd_id}/{name}");
     return 0;
   }
   u.cmd_id = std::string(rest.substr(0, slash));
@@ -98,7 +177,26 @@ int ArtifactEndpoint::on_request(lws* wsi, std::string_view uri) {
   const char* sha = lws_get_urlarg_by_name(wsi, "sha256=", arg, sizeof arg);
   u.sha256 = sha ? sha : "";
   const std::string length = header(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH);
-  const std::optional<std::uint64_t> declared = parse_u64(length);
+  std::optional<std::uint64_t> declared = parse_u64(length);
+  if (target) {
+    // The size is the query's: the request itself has no body. (lws walks the
+    // query's parts into the buffer and stops at the first that does not fit:
+    // each buffer must hold the longest part, sha256=<64 hex>.)
+    char size_arg[128] = {};
+    const char* size = lws_get_urlarg_by_name(wsi, "size=", size_arg, sizeof size_arg);
+    char done_arg[128] = {};
+    const char* done = lws_get_urlarg_by_name(wsi, "uploaded=", done_arg, sizeof done_arg);
+    u.kind = done != nullptr && std::string_view(done) == "1" ? Upload::Kind::uploaded : Upload::Kind::ask;
+    if (declared.value_or(0) != 0) {
+      refuse(u, 400, "bad_request", "an artifact-target request has no body");
+      return 0;
+    }
+    declared = size ? parse_u64(size) : std::nullopt;
+    if (!declared) {
+      refuse(u, 400, "bad_size", "the query must give size= as the artifact's length in bytes");
+      return 0;
+    }
+  }
   std::optional<CertIdentity> who = peer_identity(wsi);
   if (!who) {
     refuse(u, 401, "no_certificate", "an artifact upload needs the rig's client certificate (TLS)");
@@ -108,7 +206,7 @@ int ArtifactEndpoint::on_request(lws* wsi, std::string_view uri) {
     refuse(u, 400, "bad_digest", "the query must give sha256= as 64 lower-case hex digits");
   } else if (!declared) {
     refuse(u, 411, "length_required", "an artifact upload needs a Content-Length (no chunked bodies)");
-  } else if (auto no = store_.check(u.cmd_id, u.name, *declared)) {
+  } else if (auto no = store_.check(u.cmd_id, u.name, *declared, /*here=*/u.kind == Upload::Kind::upload || s3_ == nullptr)) {
     refuse(u, http_status_of(no->why), to_string(no->why), no->detail);
   }
   if (u.phase == Upload::Phase::answering) return 0;
@@ -139,6 +237,8 @@ void ArtifactEndpoint::authorize(Upload& u, const std::optional<CommandView>& v)
     return refuse(u, 409, "command_finished",
                   "command " + u.cmd_id + " is " + std::string(to_string(v->state)) + ": its artifacts are closed");
   }
+  u.rig_id = v->rig_id;
+  if (u.kind != Upload::Kind::upload) return direct(u);
   ArtifactInfo info;
   info.cmd_id = u.cmd_id;
   info.name = u.name;
@@ -168,10 +268,91 @@ void ArtifactEndpoint::take(Upload& u, std::string_view bytes) {
   if (auto no = store_.write(*u.incoming, bytes)) refuse(u, http_status_of(no->why), to_string(no->why), no->detail);
 }
 
+void ArtifactEndpoint::direct(Upload& u) {
+  if (u.kind == Upload::Kind::ask) {
+    if (s3_ == nullptr) return answer(u, 200, nlohmann::json{{"store", "broker"}}.dump());
+    // Both headers are signed: the store refuses a body of another length, and
+    // keeps the declared digest with the object for the HEAD that records it.
+    const std::string size = std::to_string(u.declared);
+    const std::string url = s3_->presign("PUT", s3_->object_key(u.cmd_id, u.name), now_s(),
+                                         {{"content-length", size}, {kShaMeta, u.sha256}});
+    FL_INFO("artifact %s of %s goes to the S3 store (%llu bytes)", u.name.c_str(), u.cmd_id.c_str(),
+            static_cast<unsigned long long>(u.declared));
+    return answer(u, 200,
+                  nlohmann::json{{"store", "s3"},
+                                 {"method", "PUT"},
+                                 {"url", url},
+                                 {"headers", {{"content-length", size}, {kShaMeta, u.sha256}}},
+                                 {"expires_in_s", s3_->settings().url_ttl_s}}
+                      .dump());
+  }
+  if (s3_ == nullptr) {
+    return refuse(u, 409, "s3_off", "this broker has no S3 store: upload with POST /v1/artifacts/ instead");
+  }
+  u.phase = Upload::Phase::checking;
+  auto* check = new HeadCheck();
+  check->req.data = check;
+  check->url = s3_->presign("HEAD", s3_->object_key(u.cmd_id, u.name), now_s());
+  check->endpoint = this;
+  check->alive = alive_;
+  check->wsi = u.wsi;
+  check->upload_id = u.id;
+  const int rc = uv_queue_work(
+      loop_, &check->req, [](uv_work_t* req) { static_cast<HeadCheck*>(req->data)->run(); },
+      [](uv_work_t* req, int) {
+        std::unique_ptr<HeadCheck> done(static_cast<HeadCheck*>(req->data));
+        if (!*done->alive) return;
+        ArtifactEndpoint& self = *done->endpoint;
+        auto it = self.uploads_.find(done->wsi);
+        if (it == self.uploads_.end() || it->second->id != done->upload_id) return;  // the rig went meanwhile
+        self.head_checked(*it->second, *done);
+      });
+  if (rc != 0) {
+    delete check;
+    refuse(u, 500, "io", std::string("cannot queue the S3 check: ") + uv_strerror(rc));
+  }
+}
+
+void ArtifactEndpoint::head_checked(Upload& u, const HeadCheck& c) {
+  const std::string where = s3_->describe() + "/" + s3_->object_key(u.cmd_id, u.name);
+  if (c.rc != CURLE_OK) return refuse(u, 502, "s3_unreachable", "HEAD " + where + ": " + c.curl_error);
+  if (c.status == 404) return refuse(u, 409, "not_uploaded", where + " is not in the S3 store (HEAD answered 404)");
+  if (c.status != 200) {
+    return refuse(u, c.status >= 500 ? 502 : 409, "s3_refused",
+                  "HEAD " + where + " answered HTTP " + std::to_string(c.status));
+  }
+  if (c.length < 0 || static_cast<std::uint64_t>(c.length) != u.declared) {
+    return refuse(u, 409, "size_mismatch",
+                  where + " has " + std::to_string(c.length) + " bytes, the rig declared " + std::to_string(u.declared));
+  }
+  // The PUT had to carry it (it is signed into the URL): an object without it
+  // was not put by that URL.
+  if (c.meta_sha256 != u.sha256) {
+    return refuse(u, 409, "digest_mismatch",
+                  where + " carries sha256 '" + c.meta_sha256 + "' (" + kShaMeta + "), the rig declared " + u.sha256);
+  }
+  ArtifactInfo info;
+  info.cmd_id = u.cmd_id;
+  info.name = u.name;
+  info.size = u.declared;
+  info.sha256 = u.sha256;
+  info.rig_id = u.rig_id;
+  info.s3_key = s3_->object_key(u.cmd_id, u.name);
+  info.stored_at_ms = now_s() * 1000;
+  auto recorded = store_.record_remote(std::move(info));
+  if (auto* no = std::get_if<ArtifactError>(&recorded)) return refuse(u, http_status_of(no->why), to_string(no->why), no->detail);
+  const ArtifactInfo& a = std::get<ArtifactInfo>(recorded);
+  ++stored_;
+  FL_INFO("artifact recorded cmd=%s name=%s bytes=%llu rig=%s in the S3 store as %s", a.cmd_id.c_str(), a.name.c_str(),
+          static_cast<unsigned long long>(a.size), a.rig_id.c_str(), a.s3_key.c_str());
+  answer(u, 201, nlohmann::json{{"name", a.name}, {"size", a.size}, {"sha256", a.sha256}, {"store", "s3"}}.dump());
+}
+
 int ArtifactEndpoint::on_body(lws* wsi, const char* in, std::size_t len) {
   auto it = uploads_.find(wsi);
   if (it == uploads_.end()) return -1;
   Upload& u = *it->second;
+  if (u.kind != Upload::Kind::upload) return 0;  // a target request has no body
   if (u.phase == Upload::Phase::authorizing) {
     u.early.append(in, len);
     if (u.early.size() > kMaxEarlyBytes && !u.paused) {
@@ -189,7 +370,7 @@ int ArtifactEndpoint::on_body_complete(lws* wsi) {
   if (it == uploads_.end()) return -1;
   Upload& u = *it->second;
   u.body_complete = true;
-  if (u.phase != Upload::Phase::receiving) return 0;  // authorizing: finished when the command is found
+  if (u.kind != Upload::Kind::upload || u.phase != Upload::Phase::receiving) return 0;  // authorizing: finished when the command is found
   auto stored = store_.commit(*u.incoming, u.digest.hex());
   if (auto* no = std::get_if<ArtifactError>(&stored)) {
     refuse(u, http_status_of(no->why), to_string(no->why), no->detail);

@@ -10,7 +10,14 @@
 // the ArtifactStore must hold. The body is hashed as it is written; only a body
 // of the declared length and digest is renamed into place. Every answer closes
 // the connection; a connection closed midway leaves nothing.
+//
+// `POST /v1/artifact-targets/{cmd_id}/{name}?sha256=&size=` (no body) asks
+// where to upload, with the same checks: the answer is the broker itself, or,
+// with an S3-compatible store configured, a presigned PUT URL. Once the rig has
+// put the object, `...&uploaded=1` has the broker look at it (a signed HEAD: its
+// size and digest) and record it (docs/PROTOCOL.md §10.1).
 #include <libwebsockets.h>
+#include <uv.h>
 
 #include <cstdint>
 #include <functional>
@@ -21,20 +28,25 @@
 
 #include "artifacts/artifact_store.hpp"
 #include "fleet/fleet.hpp"
+#include "s3/s3_target.hpp"
 
 namespace fleetlink::broker::net {
 
 class ArtifactEndpoint {
  public:
   static constexpr std::string_view kPathPrefix = "/v1/artifacts/";
+  static constexpr std::string_view kTargetPrefix = "/v1/artifact-targets/";
 
-  // Both outlive every rig connection (the lws context).
-  ArtifactEndpoint(ArtifactStore& store, Fleet& fleet);
+  // All outlive every rig connection (the lws context). s3 null: uploads come
+  // to the broker; else the loop runs the S3 store's HEAD checks (libuv's pool).
+  ArtifactEndpoint(ArtifactStore& store, Fleet& fleet, const s3::Target* s3 = nullptr, uv_loop_t* loop = nullptr);
   ArtifactEndpoint(const ArtifactEndpoint&) = delete;
   ArtifactEndpoint& operator=(const ArtifactEndpoint&) = delete;
   ~ArtifactEndpoint();
 
-  static bool is_artifact_path(std::string_view uri) noexcept { return uri.starts_with(kPathPrefix); }
+  static bool is_artifact_path(std::string_view uri) noexcept {
+    return uri.starts_with(kPathPrefix) || uri.starts_with(kTargetPrefix);
+  }
 
   // The rig protocol's HTTP callbacks for a request on kPathPrefix; each returns the callback's answer.
   int on_request(lws* wsi, std::string_view uri);
@@ -50,13 +62,19 @@ class ArtifactEndpoint {
 
  private:
   struct Upload;
+  struct HeadCheck;
   void authorize(Upload& u, const std::optional<CommandView>& command);
+  void direct(Upload& u);                                    // a target request, authorized
+  void head_checked(Upload& u, const HeadCheck& check);      // uploaded=1: the S3 store's answer
   void answer(Upload& u, int status, std::string body);
   void refuse(Upload& u, int status, std::string_view error, std::string detail);
   void take(Upload& u, std::string_view bytes);
 
   ArtifactStore& store_;
   Fleet& fleet_;
+  const s3::Target* s3_ = nullptr;
+  uv_loop_t* loop_ = nullptr;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // HEAD checks finishing after the endpoint see false
   std::unordered_map<lws*, std::unique_ptr<Upload>> uploads_;
   std::uint64_t next_id_ = 0;
   std::uint64_t stored_ = 0;

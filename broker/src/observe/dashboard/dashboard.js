@@ -600,7 +600,8 @@ function showCommandState(c) {
 // (a plain link could not carry it) and handed to the browser as a download.
 function showArtifacts(list) {
   $("cmd-artifacts").innerHTML = list.map((a) =>
-    '<li><a href="#" class="artifact" data-href="' + esc(a.href) + '" data-name="' + esc(a.name) + '">' + esc(a.name) +
+    '<li><a href="#" class="artifact" data-href="' + esc(a.href) + '" data-name="' + esc(a.name) +
+    '" data-store="' + esc(a.store || "broker") + '">' + esc(a.name) +
     "</a> " + esc(String(a.size)) + ' bytes <span class="mono">sha256 ' + esc(a.sha256) + "</span></li>").join("");
 }
 
@@ -609,6 +610,12 @@ $("cmd-artifacts").addEventListener("click", async (ev) => {
   if (!link) return;
   ev.preventDefault();
   try {
+    if (link.dataset.store === "s3") {
+      // Kept in the broker's S3 store: the broker signs a URL there, the browser goes to it.
+      const r = await api("GET", link.dataset.href + "?location=1");
+      window.open(r.body.location, "_blank", "noopener");
+      return;
+    }
     const headers = token ? { Authorization: "Bearer " + token } : {};
     const res = await fetch(link.dataset.href, { headers });
     if (!res.ok) throw new Error("HTTP " + res.status);

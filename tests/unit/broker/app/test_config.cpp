@@ -307,3 +307,39 @@ TEST_CASE("config: rig tokens: the mode, the keys it needs, bounded lifetimes, k
   check_files(cfg, r);
   CHECK(has_error(r, "--rig-token-keys: rig token key " + cfg.rig_token_keys + ": not a PEM public key"));
 }
+
+TEST_CASE("config: the S3 artifact store: off by default, an endpoint needs its bucket and key files") {
+  const auto plain = parse(kTls);
+  CHECK(plain.config.artifact_s3_endpoint.empty());
+  CHECK(plain.config.artifact_s3_region == "us-east-1");
+  CHECK(plain.config.artifact_s3_prefix == "fleetlink");
+  CHECK(plain.config.artifact_s3_addressing == "path");
+  CHECK(plain.config.artifact_s3_url_ttl_s == 900);
+  CHECK(report_of(plain).errors.empty());
+
+  const auto p = parse(with(kTls, {"--artifact-s3-endpoint", "s3.lab:9000", "--artifact-s3-addressing", "dns",
+                                   "--artifact-s3-url-ttl-s", "604801"}));
+  const ConfigReport r = report_of(p);
+  INFO(all_errors(r));
+  CHECK(has_error(r, "--artifact-s3-endpoint: must be http://host[:port] or https://host[:port] (got 's3.lab:9000')"));
+  CHECK(has_error(r, "--artifact-s3-bucket: missing: artifact-s3-endpoint needs a bucket and the files of its access "
+                     "key and secret"));
+  CHECK(has_error(r, "--artifact-s3-secret-key-file: missing: artifact-s3-endpoint needs a bucket and the files of "
+                     "its access key and secret"));
+  CHECK(has_error(r, "--artifact-s3-addressing: must be one of path, virtual (got 'dns')"));
+  CHECK(all_errors(r).find("--artifact-s3-url-ttl-s: must be") != std::string::npos);
+
+  // check_files: the key files must be readable.
+  TempDir d;
+  const std::string ak = d.write("ak", "S3RVER\n");
+  const auto q = parse(with(kTls, {"--artifact-s3-endpoint", "http://127.0.0.1:9000", "--artifact-s3-bucket", "labs",
+                                   "--artifact-s3-access-key-file", ak, "--artifact-s3-secret-key-file",
+                                   (d.path / "absent").string()}));
+  CHECK(report_of(q).errors.empty());
+  ConfigReport files;
+  check_files(q.config, files);
+  INFO(all_errors(files));
+  CHECK(all_errors(files).find("--artifact-s3-secret-key-file: '" + (d.path / "absent").string() +
+                               "' does not exist") != std::string::npos);
+  CHECK(all_errors(files).find("--artifact-s3-access-key-file") == std::string::npos);
+}

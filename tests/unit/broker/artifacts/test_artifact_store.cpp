@@ -199,3 +199,41 @@ TEST_CASE("artifacts: what is stored survives reopening (a restart), with its to
   CHECK(list[1].name == "junit.xml");
   CHECK(s->find(kCmd, "junit.xml")->sha256 == kShaHello);
 }
+
+TEST_CASE("artifacts: one kept in the S3 store is a record only, under the command's limits, not the disk's") {
+  TempDir d;
+  ArtifactLimits limits;
+  limits.max_artifact_bytes = 1000;
+  limits.max_command_bytes = 1500;
+  limits.max_total_bytes = 10;  // the disk's total: S3 objects are not on it
+  auto s = open_store(d.path, limits);
+  ArtifactInfo remote = info(kCmd, "big.log", kShaHello);
+  remote.size = 900;
+  remote.s3_key = std::string("lab/") + kCmd + "/big.log";
+  CHECK_FALSE(s->check(kCmd, "big.log", 900, /*here=*/false));
+  CHECK(s->check(kCmd, "big.log", 900)->why == ArtifactRefusal::store_full);  // it would not fit here
+  auto r = s->record_remote(remote);
+  REQUIRE(std::holds_alternative<ArtifactInfo>(r));
+  CHECK(s->total_bytes() == 0);
+  auto found = s->find(kCmd, "big.log");
+  REQUIRE(found);
+  CHECK(found->s3_key == remote.s3_key);
+  CHECK(found->size == 900);
+  CHECK(s->path_of(kCmd, "big.log").empty());  // no bytes here to read
+  CHECK_FALSE(fs::exists(d.path / kCmd / "big.log"));
+  REQUIRE(s->list(kCmd).size() == 1);
+  // The command's limit counts it: another 900 would make 1800.
+  CHECK(s->check(kCmd, "more.log", 900, false)->why == ArtifactRefusal::too_large);
+  ArtifactInfo too_big = remote;
+  too_big.name = "huge.log";
+  too_big.size = 1001;
+  auto no = s->record_remote(too_big);
+  REQUIRE(std::holds_alternative<ArtifactError>(no));
+  CHECK(std::get<ArtifactError>(no).why == ArtifactRefusal::too_large);
+  // A restart reads the record back, still off the disk's total.
+  s.reset();
+  s = open_store(d.path, limits);
+  CHECK(s->total_bytes() == 0);
+  REQUIRE(s->find(kCmd, "big.log"));
+  CHECK(s->find(kCmd, "big.log")->s3_key == remote.s3_key);
+}
