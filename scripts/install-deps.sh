@@ -15,6 +15,8 @@ packages=(
   # real intermediaries in front of the broker (tests/integration/test_intermediaries.py;
   # the tests run them as their own processes: the packages' services stay off)
   haproxy nginx-light
+  # tests/bench/tls_peers: nginx's stream module terminating mutual TLS in front of the broker
+  libnginx-mod-stream
   # the dashboard's browser test (tests/browser): headless chromium, driven by playwright-core
   chromium
   # packaging: building and checking the .debs (man pages from --help, lintian),
