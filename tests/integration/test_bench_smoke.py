@@ -105,6 +105,20 @@ class RealAgentsSmoke(unittest.TestCase):
         self.assertGreater(report["round_trip"]["ack_p50_ms"], 0)
 
 
+class TlsPeersSmoke(unittest.TestCase):
+    def test_tls_peers_measures_floor_fleetlink_and_nginx(self):
+        with tempfile.TemporaryDirectory(prefix="fleetlink-tls-peers-smoke-") as out:
+            proc = subprocess.run(
+                [sys.executable, os.path.join(SOURCE, "tests", "bench", "tls_peers"), "--n", "100",
+                 "--rounds", "1", "--speed-seconds", "1", "--build-dir", BUILD, "--out", out,
+                 "--ca-dir", os.path.join(out, "ca")],
+                capture_output=True, text=True, timeout=300)
+            self.assertEqual(proc.returncode, 0, proc.stdout[-3000:] + proc.stderr[-3000:])
+            files = glob.glob(os.path.join(out, "tls-peers-*.json"))
+            self.assertEqual(len(files), 1, proc.stdout[-2000:])
+        self.assertRegex(proc.stdout, r"\| full mTLS 1.3 handshakes per server CPU-second \(\w+\) \| [\d,]+ \| [\d,]+ \| [\d,]+ \|")
+
+
 class PeersScript(unittest.TestCase):
     def test_says_what_is_missing_instead_of_measuring_nothing(self):
         proc = subprocess.run(
