@@ -694,6 +694,7 @@ void Agent::acknowledge_accepted() {
   // A command that cannot be recorded does not run at all (a restart would run it
   // again): refused, and the next one tries the disk again.
   const auto committed = ledger_->commit();
+  FL_DEBUG("dedup record: %zu accepted command(s) committed together%s", batch.size(), committed ? "" : " (failed)");
   for (const auto& c : batch) {
     if (committed && ledger_->find(c.cmd_id)) {
       run_accepted(c);
