@@ -402,6 +402,7 @@ int Agent::run() {
     FL_WARN("cmd=%s not acknowledged: the agent stopped before its record was committed", c.cmd_id.c_str());
   accepted_.clear();
   ledger_->discard_staged();
+  acked_unstarted_.clear();  // acknowledged, in running_: reported below as stopped
   // Commands still running when the agent stops will never report: say so after
   // the next start (they are in the dedup window, so they do not run again).
   for (const auto& [cmd_id, run] : running_) {
@@ -713,8 +714,31 @@ void Agent::run_accepted(const msg::Command& c) {
   const std::uint64_t now = now_unix_ms();
   session_->send(Message{msg::Ack{c.seq, c.cmd_id, false}});
   FL_INFO("ack seq=%" PRIu64 " cmd=%s kind=%s", c.seq, c.cmd_id.c_str(), c.kind.c_str());
-  Executor* e = registry_->find(c.kind);
-  running_[c.cmd_id] = Running{e, now};
+  running_[c.cmd_id] = Running{registry_->find(c.kind), now};
+  // Started in the next turn, once the ACKs are written: an executor's start may
+  // take a while on this thread (dmesg reads the kernel log, a plugin's spawn
+  // records its process group), and the broker need not wait for that.
+  acked_unstarted_.push_back(c);
+  if (start_posted_) return;
+  start_posted_ = true;
+  session_->post([this] {
+    start_posted_ = false;
+    start_acknowledged();
+  });
+}
+
+void Agent::start_acknowledged() {
+  std::vector<msg::Command> batch;
+  batch.swap(acked_unstarted_);
+  for (const auto& c : batch) {
+    auto it = running_.find(c.cmd_id);
+    if (it != running_.end()) start_executor(c, it->second);
+  }
+}
+
+void Agent::start_executor(const msg::Command& c, const Running& run) {
+  Executor* e = run.executor;
+  const std::uint64_t now = run.started_ms;
   CommandContext ctx{c.cmd_id, c.kind, c.args};
   auto reporter = std::make_shared<CommandReporter>(link_, c.cmd_id, now);
   try {
@@ -777,6 +801,7 @@ void Agent::complete(msg::Result r) {
 
 void Agent::on_cancel(const msg::Cancel& c) {
   acknowledge_accepted();  // a command accepted in this turn runs (and is cancelled) first
+  start_acknowledged();
   auto it = running_.find(c.cmd_id);
   if (it == running_.end() || it->second.executor == nullptr) {
     // Not running here: answer with what the record says, so the broker never

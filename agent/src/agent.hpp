@@ -96,7 +96,10 @@ class Agent {
   // One commit for every command accepted since the last: then each is ACKed and
   // run, or refused (NACK busy) if the commit failed.
   void acknowledge_accepted();
+  // ACK; the executor starts in the next turn (start_acknowledged), after the
+  // turn's ACKs are written.
   void run_accepted(const msg::Command& c);
+  void start_acknowledged();
   // The RESULT is final: stored for duplicates, the ledger told, sent (or spooled).
   void complete(msg::Result r);
 
@@ -116,6 +119,9 @@ class Agent {
     std::uint64_t started_ms = 0;
   };
   std::map<std::string, Running, std::less<>> running_;
+  void start_executor(const msg::Command& c, const Running& run);
+  std::vector<msg::Command> acked_unstarted_;  // in running_, executor not started yet
+  bool start_posted_ = false;
   std::vector<msg::Command> accepted_;  // staged in the ledger, waiting for this turn's commit
   bool commit_posted_ = false;
   UnsentOutput unsent_output_;  // output bytes a lost connection never wrote, by command
