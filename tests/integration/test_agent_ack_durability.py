@@ -13,7 +13,6 @@ appends its cmd_id per execution):
 - an agent upgraded in place reads the format-2 file the previous version wrote,
   answers its cmd_ids as duplicates, and rewrites it as format 3.
 """
-import asyncio
 import os
 import re
 import time
@@ -49,15 +48,22 @@ class AgentAckDurabilityTest(LabTestCase):
                               state_dir=self.state)
 
     def send_burst(self, conn, cmd_ids):
-        """Every COMMAND written to the socket in one go, so they arrive together."""
+        """Every COMMAND in one write to the socket (WebSocket frames made here: a
+        server's are unmasked), so they arrive together whatever the timing: a frame
+        per write lets an agent on a fast disk commit each before the next comes."""
         first = conn.next_seq
         conn.next_seq += len(cmd_ids)
-        frames = [encode("command", seq=first + i, cmd_id=cid, kind="count", args={},
-                         issued_at_ms=int(time.time() * 1000)) for i, cid in enumerate(cmd_ids)]
+        data = bytearray()
+        for i, cid in enumerate(cmd_ids):
+            payload = encode("command", seq=first + i, cmd_id=cid, kind="count", args={},
+                             issued_at_ms=int(time.time() * 1000))
+            assert len(payload) < 65536
+            data += bytes([0x82]) + (bytes([len(payload)]) if len(payload) < 126
+                                     else bytes([126]) + len(payload).to_bytes(2, "big"))
+            data += payload
 
         async def burst():
-            for f in frames:
-                await conn.ws.send(f)
+            conn.ws.transport.write(bytes(data))
         self.fb._call(burst())
 
     def acks(self, conn, cmd_id):
