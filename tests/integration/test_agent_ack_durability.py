@@ -86,6 +86,8 @@ class AgentAckDurabilityTest(LabTestCase):
         record = os.path.join(self.state, "dedup-window")
         with open(record) as f:
             self.assertEqual(f.readline(), "fleetlink-dedup 3\n")
+            self.assertRegex(f.read(), r"(?m)^e -?\d+ a %s %s [0-9a-f]{8}$" % (c1.hello["boot_id"], cmd),
+                             "the acknowledged command's record is in the file the killed agent left")
         with open(record, "a") as f:
             f.write("e 99999 a 01936d3c-0000-7000-8000-0000000")
 
