@@ -268,9 +268,19 @@ Expected<void> Agent::init() {
   const fs::path dedup_path = state_dir_ / "dedup-window";
   const auto max_age = std::chrono::hours(cfg_.dedup_max_age_h);
   const std::uint64_t mono = monotonic_ms();
-  auto loaded = DedupWindow::load(dedup_path, cfg_.dedup_max, max_age, mono);
+  bool torn = false;
+  auto loaded = load_command_record(dedup_path, cfg_.dedup_max, max_age, mono, &torn);
   if (loaded) {
+    if (torn)
+      FL_WARN("dedup window %s: its last record was cut short (a crash while it was written, before "
+              "anything acknowledged it); ignored", dedup_path.c_str());
     ledger_ = std::make_unique<CommandLedger>(std::move(*loaded), dedup_path, boot_id_);
+    // Rewritten whole now (format 3, no torn tail, journal times from this
+    // process's clock), so the first command only appends. A failure here is not
+    // fatal: every command is refused until the directory is writable again.
+    if (auto ok = ledger_->save(); !ok)
+      FL_ERROR("dedup window %s not rewritten at start (%s): commands are refused until it can be",
+               dedup_path.c_str(), ok.error().detail.c_str());
   } else {
     // Keep the evidence, and rebuild what we can from the stored results so a
     // reboot that already ran is still known.
@@ -387,6 +397,12 @@ Expected<void> Agent::init() {
 int Agent::run() {
   if (!session_) return 1;
   const int rc = session_->run();
+  // Accepted in the loop's last turn and never acknowledged: not run, not kept.
+  for (const auto& c : accepted_)
+    FL_WARN("cmd=%s not acknowledged: the agent stopped before its record was committed", c.cmd_id.c_str());
+  accepted_.clear();
+  ledger_->discard_staged();
+  acked_unstarted_.clear();  // acknowledged, in running_: reported below as stopped
   // Commands still running when the agent stops will never report: say so after
   // the next start (they are in the dedup window, so they do not run again).
   for (const auto& [cmd_id, run] : running_) {
@@ -399,12 +415,9 @@ int Agent::run() {
     ledger_->finished(cmd_id);
     spool(r);
   }
-  const bool any = !running_.empty();
   running_.clear();
-  if (any) {
-    if (auto ok = ledger_->save(); !ok)
-      FL_WARN("dedup window not saved at stop: %s", ok.error().detail.c_str());
-  }
+  // Compacted at stop: the next start reads a short file with ages up to now.
+  if (auto ok = ledger_->save(); !ok) FL_WARN("dedup window not saved at stop: %s", ok.error().detail.c_str());
   return rc;
 }
 
@@ -577,6 +590,16 @@ void Agent::on_command(const msg::Command& c) {
       send_refusal(d, c.seq, c.kind);
       return;
     case Admission::duplicate: {
+      // Accepted earlier in this turn: its own ACK (or refusal) goes first.
+      const bool staged = std::any_of(accepted_.begin(), accepted_.end(),
+                                      [&](const msg::Command& a) { return a.cmd_id == c.cmd_id; });
+      acknowledge_accepted();
+      if (staged && !ledger_->find(c.cmd_id)) {
+        const msg::Nack nack = state_unwritable_nack(c.seq, c.cmd_id, "its record was not committed");
+        session_->send(Message{nack});
+        FL_ERROR("nack seq=%" PRIu64 " cmd=%s reason=busy: %s", c.seq, c.cmd_id.c_str(), nack.detail.c_str());
+        return;
+      }
       session_->send(Message{d.ack});
       Recall what = answer_again(c.cmd_id);
       if (what == Recall::never_seen) {
@@ -651,21 +674,71 @@ void Agent::on_malformed_command(const CommandPeek& peek, std::string_view why) 
 
 void Agent::start_command(const msg::Command& c) {
   // Record the cmd_id durably before anything is acknowledged or run: whatever
-  // happens next (crash, reboot), this command must never run a second time. A
-  // command that cannot be recorded does not run at all (a restart would run it
+  // happens next (crash, reboot), this command must never run a second time.
+  // Staged now; every command accepted in this loop turn is made durable by one
+  // commit (one fdatasync) in acknowledge_accepted(), posted to run right after
+  // the turn, and only then acknowledged and started.
+  ledger_->stage(c.cmd_id);
+  accepted_.push_back(c);
+  if (commit_posted_) return;
+  commit_posted_ = true;
+  session_->post([this] {
+    commit_posted_ = false;
+    acknowledge_accepted();
+  });
+}
+
+void Agent::acknowledge_accepted() {
+  if (accepted_.empty()) return;
+  std::vector<msg::Command> batch;
+  batch.swap(accepted_);
+  // A command that cannot be recorded does not run at all (a restart would run it
   // again): refused, and the next one tries the disk again.
-  if (auto recorded = ledger_->record(c.cmd_id); !recorded) {
-    const msg::Nack nack = state_unwritable_nack(c.seq, c.cmd_id, recorded.error().detail);
+  const auto committed = ledger_->commit();
+  FL_DEBUG("dedup record: %zu accepted command(s) committed together%s", batch.size(), committed ? "" : " (failed)");
+  for (const auto& c : batch) {
+    if (committed && ledger_->find(c.cmd_id)) {
+      run_accepted(c);
+      continue;
+    }
+    const msg::Nack nack = state_unwritable_nack(
+        c.seq, c.cmd_id, committed ? std::string("dropped from the window before its commit (dedup-max)")
+                                   : committed.error().detail);
     session_->send(Message{nack});
     FL_ERROR("nack seq=%" PRIu64 " cmd=%s kind=%s reason=busy: %s", c.seq, c.cmd_id.c_str(), c.kind.c_str(),
              nack.detail.c_str());
-    return;
   }
+}
+
+void Agent::run_accepted(const msg::Command& c) {
   const std::uint64_t now = now_unix_ms();
   session_->send(Message{msg::Ack{c.seq, c.cmd_id, false}});
   FL_INFO("ack seq=%" PRIu64 " cmd=%s kind=%s", c.seq, c.cmd_id.c_str(), c.kind.c_str());
-  Executor* e = registry_->find(c.kind);
-  running_[c.cmd_id] = Running{e, now};
+  running_[c.cmd_id] = Running{registry_->find(c.kind), now};
+  // Started in the next turn, once the ACKs are written: an executor's start may
+  // take a while on this thread (dmesg reads the kernel log, a plugin's spawn
+  // records its process group), and the broker need not wait for that.
+  acked_unstarted_.push_back(c);
+  if (start_posted_) return;
+  start_posted_ = true;
+  session_->post([this] {
+    start_posted_ = false;
+    start_acknowledged();
+  });
+}
+
+void Agent::start_acknowledged() {
+  std::vector<msg::Command> batch;
+  batch.swap(acked_unstarted_);
+  for (const auto& c : batch) {
+    auto it = running_.find(c.cmd_id);
+    if (it != running_.end()) start_executor(c, it->second);
+  }
+}
+
+void Agent::start_executor(const msg::Command& c, const Running& run) {
+  Executor* e = run.executor;
+  const std::uint64_t now = run.started_ms;
   CommandContext ctx{c.cmd_id, c.kind, c.args};
   auto reporter = std::make_shared<CommandReporter>(link_, c.cmd_id, now);
   try {
@@ -727,6 +800,8 @@ void Agent::complete(msg::Result r) {
 }
 
 void Agent::on_cancel(const msg::Cancel& c) {
+  acknowledge_accepted();  // a command accepted in this turn runs (and is cancelled) first
+  start_acknowledged();
   auto it = running_.find(c.cmd_id);
   if (it == running_.end() || it->second.executor == nullptr) {
     // Not running here: answer with what the record says, so the broker never

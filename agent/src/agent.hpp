@@ -2,7 +2,8 @@
 // The agent core: one ClientSession to the broker, command admission (seq,
 // allow list, dedup), the executors, and the durable state under --state-dir:
 //   dedup-window      cmd_ids accepted, with the accepting boot_id and whether they
-//                     finished (fsync'd before each ACK: CommandLedger)
+//                     finished (an append-only journal, fdatasync'd once per loop
+//                     turn before that turn's ACKs: CommandLedger, dedup_journal.hpp)
 //   results/          the last RESULTs by cmd_id, replayed for redelivered commands
 //   spool/            RESULTs finished while disconnected, sent after the next WELCOME
 //   process-groups/   the process group of each running suite and plugin, so the
@@ -90,7 +91,15 @@ class Agent {
   bool send_stream_end(const std::string& cmd_id);
   void spool(const msg::Result& r);
   void flush_spool();
+  // Stages c's record; acknowledge_accepted() commits the turn's commands together.
   void start_command(const msg::Command& c);
+  // One commit for every command accepted since the last: then each is ACKed and
+  // run, or refused (NACK busy) if the commit failed.
+  void acknowledge_accepted();
+  // ACK; the executor starts in the next turn (start_acknowledged), after the
+  // turn's ACKs are written.
+  void run_accepted(const msg::Command& c);
+  void start_acknowledged();
   // The RESULT is final: stored for duplicates, the ledger told, sent (or spooled).
   void complete(msg::Result r);
 
@@ -110,6 +119,11 @@ class Agent {
     std::uint64_t started_ms = 0;
   };
   std::map<std::string, Running, std::less<>> running_;
+  void start_executor(const msg::Command& c, const Running& run);
+  std::vector<msg::Command> acked_unstarted_;  // in running_, executor not started yet
+  bool start_posted_ = false;
+  std::vector<msg::Command> accepted_;  // staged in the ledger, waiting for this turn's commit
+  bool commit_posted_ = false;
   UnsentOutput unsent_output_;  // output bytes a lost connection never wrote, by command
   // Stream totals of finished commands whose RESULT is not sent yet (send_stream_end).
   std::map<std::string, std::uint64_t, std::less<>> stream_ends_;

@@ -1,6 +1,11 @@
 #include "command_ledger.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include "common/log.hpp"
 #include "fleetlink/codec.hpp"
@@ -26,20 +31,173 @@ std::uint64_t monotonic_ms() {
                                         .count());
 }
 
+Expected<DedupWindow> load_command_record(const std::filesystem::path& path, std::size_t max_entries,
+                                          std::chrono::milliseconds max_age, std::uint64_t now_ms,
+                                          bool* torn_tail) {
+  if (torn_tail) *torn_tail = false;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return DedupWindow(max_entries, max_age);
+    return make_error(Errc::io, "cannot open " + path.string() + ": " + std::strerror(errno));
+  }
+  // Format 3 is at most about twice the window (compaction); anything far larger
+  // is not one of ours, and reading it whole would let a broken file take any memory.
+  const std::size_t limit = (max_entries * 2 + CommandLedger::kCompactMinRecords + 16) * kJournalMaxLineBytes;
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const std::string err = std::strerror(errno);
+      ::close(fd);
+      return make_error(Errc::io, "cannot read " + path.string() + ": " + err);
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+    if (text.size() > limit) {
+      ::close(fd);
+      return make_error(Errc::malformed, "corrupt dedup file " + path.string() + ": larger than " +
+                                             std::to_string(limit) + " bytes");
+    }
+  }
+  ::close(fd);
+  if (!is_journal(text)) return DedupWindow::load(path, max_entries, max_age, now_ms);  // format 1 or 2
+  auto read = parse_journal(text, max_entries, max_age, now_ms);
+  if (!read) return make_error(Errc::malformed, "corrupt dedup file " + path.string() + ": " + read.error().detail);
+  if (torn_tail) *torn_tail = read->torn_tail;
+  return std::move(read->window);
+}
+
 CommandLedger::CommandLedger(DedupWindow window, std::filesystem::path file, std::string boot_id, Clock clock)
     : window_(std::move(window)), file_(std::move(file)), boot_id_(std::move(boot_id)), clock_(std::move(clock)) {}
 
-Expected<void> CommandLedger::record(std::string_view cmd_id, DedupWindow::State state) {
+std::int64_t CommandLedger::journal_time(std::uint64_t now) const {
+  return static_cast<std::int64_t>(now) - static_cast<std::int64_t>(base_ms_);
+}
+
+bool CommandLedger::stage(std::string_view cmd_id, DedupWindow::State state) {
   const std::uint64_t now = clock_();
-  const bool fresh = window_.insert(cmd_id, now, boot_id_);
+  if (!window_.insert(cmd_id, now, boot_id_)) return false;
   if (state == DedupWindow::State::finished) window_.mark_finished(cmd_id);
-  auto saved = window_.save(file_, now);
-  if (!saved) {
-    // Not on disk, so not seen: a restart would not know it either.
-    if (fresh) window_.erase(cmd_id);
-    return saved.error();
+  staged_.emplace_back(cmd_id);
+  if (auto e = window_.find(cmd_id, now)) {
+    queued_.append(journal_entry_line(journal_time(now), *e));
+    ++queued_records_;
   }
-  finished_unsaved_.clear();
+  return true;
+}
+
+Expected<void> CommandLedger::commit() {
+  if (queued_.empty() && !rewrite_due_) {
+    staged_.clear();
+    return {};
+  }
+  const std::uint64_t now = clock_();
+  const bool compact = rewrite_due_ || appended_ + queued_records_ > std::max(kCompactMinRecords, window_.size());
+  auto done = compact ? rewrite(now) : append();
+  if (!done) {
+    // Not on disk, so not seen: a restart would not know them either. What the
+    // file holds now is uncertain (a part of the lines?): the next commit rewrites it.
+    for (const auto& id : staged_) window_.erase(id);
+    rewrite_due_ = true;
+  } else {
+    finished_unsaved_.clear();
+  }
+  staged_.clear();
+  queued_.clear();
+  queued_records_ = 0;
+  return done;
+}
+
+Expected<void> CommandLedger::record(std::string_view cmd_id, DedupWindow::State state) {
+  stage(cmd_id, state);
+  return commit();
+}
+
+void CommandLedger::discard_staged() {
+  for (const auto& id : staged_) window_.erase(id);
+  staged_.clear();
+  queued_.clear();
+  queued_records_ = 0;
+  rewrite_due_ = true;  // finished marks queued with them are in memory only
+}
+
+Expected<void> CommandLedger::append() {
+  // No O_CREAT: a file someone removed must come back whole (rewrite), not as a
+  // journal of the last few lines.
+  const int fd = ::open(file_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return rewrite(clock_());
+    return make_error(Errc::io, "cannot open " + file_.string() + ": " + std::strerror(errno));
+  }
+  std::string_view data = queued_;
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const std::string err = std::strerror(errno);
+      ::close(fd);
+      return make_error(Errc::io, "cannot write " + file_.string() + ": " + err);
+    }
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+  // The file only grows: fdatasync carries its new size with the data.
+  if (::fdatasync(fd) != 0) {
+    const std::string err = std::strerror(errno);
+    ::close(fd);
+    return make_error(Errc::io, "cannot fdatasync " + file_.string() + ": " + err);
+  }
+  if (::close(fd) != 0) return make_error(Errc::io, "cannot close " + file_.string() + ": " + std::strerror(errno));
+  appended_ += queued_records_;
+  return {};
+}
+
+Expected<void> CommandLedger::rewrite(std::uint64_t now) {
+  const std::string text = journal_snapshot(window_, now);
+  auto tmp = file_;
+  tmp += ".tmp." + std::to_string(::getpid());
+  auto fail = [&](const std::string& what, const std::filesystem::path& p) {
+    return make_error(Errc::io, what + " " + p.string() + ": " + std::strerror(errno));
+  };
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return fail("cannot create", tmp);
+  std::string_view data = text;
+  bool ok = true;
+  while (ok && !data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) ok = false;
+    else data.remove_prefix(static_cast<std::size_t>(n));
+  }
+  if (!ok || ::fsync(fd) != 0) {
+    auto err = fail("cannot write", tmp);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return err;
+  }
+  if (::close(fd) != 0) {
+    auto err = fail("cannot close", tmp);
+    ::unlink(tmp.c_str());
+    return err;
+  }
+  if (::rename(tmp.c_str(), file_.c_str()) != 0) {
+    auto err = fail("cannot rename onto", file_);
+    ::unlink(tmp.c_str());
+    return err;
+  }
+  // The rename is durable only once the directory entry is on disk.
+  auto dir = file_.parent_path();
+  if (dir.empty()) dir = ".";
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return fail("cannot open directory", dir);
+  const int rc = ::fsync(dfd);
+  ::close(dfd);
+  if (rc != 0) return fail("cannot fsync directory", dir);
+  base_ms_ = now;
+  appended_ = 0;
+  rewrite_due_ = false;
+  ++rewrites_;
   return {};
 }
 
@@ -48,22 +206,24 @@ std::optional<DedupWindow::Entry> CommandLedger::find(std::string_view cmd_id) c
 }
 
 void CommandLedger::finished(std::string_view cmd_id) {
-  if (window_.mark_finished(cmd_id)) finished_unsaved_.emplace(cmd_id);
+  if (!window_.mark_finished(cmd_id)) return;
+  finished_unsaved_.emplace(cmd_id);
+  queued_.append(journal_finished_line(journal_time(clock_()), cmd_id));
+  ++queued_records_;
 }
 
 void CommandLedger::results_dropped(const std::vector<std::string>& cmd_ids) {
   const bool needed = std::any_of(cmd_ids.begin(), cmd_ids.end(),
                                   [&](const std::string& id) { return finished_unsaved_.contains(id); });
   if (!needed) return;
-  if (auto ok = save(); !ok)
+  if (auto ok = commit(); !ok)
     FL_WARN("dedup window %s not saved (%s): a restart may report finished commands as interrupted",
             file_.c_str(), ok.error().detail.c_str());
 }
 
 Expected<void> CommandLedger::save() {
-  auto saved = window_.save(file_, clock_());
-  if (saved) finished_unsaved_.clear();
-  return saved;
+  rewrite_due_ = true;
+  return commit();
 }
 
 std::vector<DedupWindow::Entry> interrupted_entries(const std::vector<DedupWindow::Entry>& entries,

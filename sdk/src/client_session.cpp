@@ -77,6 +77,7 @@ struct __attribute__((visibility("hidden"))) ClientSession::Impl {
   Timer retry_timer;
   Timer stop_timer;
   lws_retry_bo_t keepalive{};     // per-connection idle policy (PING, then hang up)
+  bool write_requested = false;   // asked for a WRITEABLE that has not come yet (want_writable)
   std::thread::id loop_thread;
 
   // ---- shared with other threads, under mu
@@ -122,6 +123,17 @@ struct __attribute__((visibility("hidden"))) ClientSession::Impl {
   }
 
   bool on_loop_thread() const { return std::this_thread::get_id() == loop_thread; }
+
+  // Asks for one WRITEABLE, once until it comes. On Debian's lws 4.1 with libuv,
+  // every lws_callback_on_writable() restarts the socket's uv_poll, and libuv then
+  // drops a POLLOUT it already reported in this loop iteration: with a frame queued
+  // by each task of a busy loop (an executor's start, a RESULT), the first queued
+  // frame (an ACK) waited for an iteration without any, 0.5-1 ms and more.
+  void want_writable(lws* w) {
+    if (write_requested && w == wsi) return;
+    // Only a request lws took counts (it answers 1); otherwise ask again next time.
+    write_requested = lws_callback_on_writable(w) > 0 && w == wsi;
+  }
 
   // Wake the loop so it looks at tasks/outq. Safe from any thread.
   void wake() {
@@ -195,6 +207,7 @@ struct __attribute__((visibility("hidden"))) ClientSession::Impl {
     attempt_live = false;
     const bool was_welcomed = st == SessionState::welcomed;
     wsi = nullptr;
+    write_requested = false;
     rx.clear();
     std::deque<Outgoing> leftover;
     {
@@ -239,7 +252,7 @@ struct __attribute__((visibility("hidden"))) ClientSession::Impl {
       }
     }
     if (have_open) {
-      lws_callback_on_writable(wsi);
+      want_writable(wsi);
       lws_sul_schedule(ctx, 0, &stop_timer.sul, &Impl::stop_cb,
                        static_cast<lws_usec_t>(cfg.stop_grace.count()) * LWS_US_PER_MS);
     } else {
@@ -261,7 +274,7 @@ struct __attribute__((visibility("hidden"))) ClientSession::Impl {
       std::lock_guard lk(mu);
       want_write = open && !outq.empty();
     }
-    if (want_write && wsi) lws_callback_on_writable(wsi);
+    if (want_write && wsi) want_writable(wsi);
     if (stop_requested && !stopping) begin_stop();
   }
 
@@ -289,7 +302,7 @@ struct __attribute__((visibility("hidden"))) ClientSession::Impl {
         outq.push_back(std::move(o));
     }
     if (on_loop_thread()) {
-      if (wsi) lws_callback_on_writable(wsi);
+      if (wsi) want_writable(wsi);
     } else {
       wake();
     }
@@ -316,7 +329,7 @@ struct __attribute__((visibility("hidden"))) ClientSession::Impl {
       return -1;
     }
     if (more) {
-      lws_callback_on_writable(w);
+      want_writable(w);
     } else if (h.on_queue_empty) {
       guarded("on_queue_empty", [&] { h.on_queue_empty(); });
     }
@@ -358,7 +371,7 @@ struct __attribute__((visibility("hidden"))) ClientSession::Impl {
     }
     closing = true;
     log(4, "closing connection " + std::to_string(static_cast<int>(code)) + " " + reason);
-    lws_callback_on_writable(w);
+    want_writable(w);
     return 0;
   }
 
@@ -373,7 +386,7 @@ struct __attribute__((visibility("hidden"))) ClientSession::Impl {
       outq.push_back(std::move(o));
     }
     if (on_loop_thread()) {
-      if (wsi) lws_callback_on_writable(wsi);
+      if (wsi) want_writable(wsi);
     } else {
       wake();
     }
@@ -501,13 +514,15 @@ struct __attribute__((visibility("hidden"))) ClientSession::Impl {
           out_bytes = 0;
         }
         log(6, "connected to " + urls[url_index].text);
+        write_requested = false;
         if (!enqueue_frame(Message{cfg.hello}, true)) return -1;
-        lws_callback_on_writable(w);
+        want_writable(w);
         return 0;
       }
       case LWS_CALLBACK_CLIENT_RECEIVE:
         return on_receive(w, in, len);
       case LWS_CALLBACK_CLIENT_WRITEABLE:
+        write_requested = false;
         return write_one(w);
       case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE: {
         if (in && len >= 2) {

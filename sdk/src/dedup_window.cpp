@@ -174,6 +174,14 @@ bool DedupWindow::mark_finished(std::string_view cmd_id) {
   return true;
 }
 
+void DedupWindow::restore(const Entry& e, std::uint64_t now_ms) {
+  erase(e.cmd_id);
+  if (e.age_ms > static_cast<std::uint64_t>(max_age_ms_) || max_entries_ == 0) return;
+  const std::int64_t now = clock_value(now_ms);
+  push(e.cmd_id, Record{now - static_cast<std::int64_t>(e.age_ms), valid_id(e.boot_id) ? e.boot_id : std::string(),
+                        e.state});
+}
+
 std::vector<DedupWindow::Entry> DedupWindow::entries(std::uint64_t now_ms) const {
   std::vector<Entry> out;
   out.reserve(order_.size());

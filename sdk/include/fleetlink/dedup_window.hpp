@@ -52,6 +52,11 @@ class FLEETLINK_API DedupWindow {
   bool erase(std::string_view cmd_id);
   // The command's RESULT was made. False if cmd_id is not in the window.
   bool mark_finished(std::string_view cmd_id);
+  // Put back an entry read from a record kept elsewhere (the agent's journal):
+  // its age counted back from now_ms, its state and boot_id as given, as the
+  // newest entry (one already there under the same cmd_id is replaced). An entry
+  // older than max_age is not kept; beyond max_entries the oldest go.
+  void restore(const Entry& e, std::uint64_t now_ms);
   // The entries not yet expired at now_ms, oldest first.
   std::vector<Entry> entries(std::uint64_t now_ms) const;
   std::size_t size() const noexcept { return order_.size(); }
