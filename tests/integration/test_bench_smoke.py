@@ -119,6 +119,15 @@ class TlsPeersSmoke(unittest.TestCase):
         self.assertRegex(proc.stdout, r"\| full mTLS 1.3 handshakes per server CPU-second \(\w+\) \| [\d,]+ \| [\d,]+ \| [\d,]+ \|")
 
 
+class AgentAckSmoke(unittest.TestCase):
+    def test_agent_ack_bench_measures_the_ack_latency(self):
+        proc = subprocess.run(
+            [sys.executable, os.path.join(SOURCE, "tests", "bench", "agent_ack"), "--smoke", "--no-write",
+             "--build-dir", BUILD], capture_output=True, text=True, timeout=240)
+        self.assertEqual(proc.returncode, 0, proc.stdout[-3000:] + proc.stderr[-3000:])
+        self.assertRegex(proc.stdout, r"p50")
+
+
 class PeersScript(unittest.TestCase):
     def test_says_what_is_missing_instead_of_measuring_nothing(self):
         proc = subprocess.run(
