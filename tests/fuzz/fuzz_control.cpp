@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -32,6 +33,7 @@ namespace {
 using fleetlink::broker::HttpRequest;
 using fleetlink::broker::HttpResponse;
 using fleetlink::broker::testing::CoreFixture;
+using fleetlink::broker::testing::MemoryStore;
 
 struct Target {
   const char* method;
@@ -62,7 +64,81 @@ void check_answer(const HttpResponse& r) {
     std::abort();
 }
 
+// The vectors' cmd_id is a UUIDv7 of this time: the broker takes ids near its clock.
+constexpr std::uint64_t kWallMs = 1732704493098ULL + 1000;
+constexpr std::string_view kHeldCmdId = "01936d3c-5e2a-7b3c-8d4e-1f2a3b4c5d6e";
+
+// What every input starts from, made once: the store of a broker that was sent
+// rig-0414's command before rig-0414 ever said HELLO (held until it does), and
+// to which rig-0415 was connected once. Each input gets a fresh FleetCore that
+// loads a copy of it, as the broker does when it starts, so nothing one input
+// does reaches the next: core, store, registry, transport, clock, job table and
+// metrics are all new. (Made per input through enqueue and a second rig's HELLO
+// and close, this world cost more than the request itself.)
+const MemoryStore::Shared& start_store() {
+  static const MemoryStore::Shared shared = [] {
+    CoreFixture f({}, {}, kWallMs);
+    auto held = CoreFixture::request("rig-0414", "dmesg", {{"lines", "50"}});
+    held.cmd_id = std::string(kHeldCmdId);
+    held.hold = true;  // rig-0414 not seen yet: held until its HELLO
+    (void)f.enqueue_ok(std::move(held));
+    fleetlink::broker::RigSession& gone = f.live_rig("rig-0415", "01936d3c-5e2a-7b3c-8d4e-000000000415");
+    f.core->on_closed(gone);
+    if (!f.recorded(f.core->persist())) std::abort();
+    return *f.store->shared();
+  }();
+  return shared;
+}
+
+// rig-0414's HELLO, encoded once (fixed boot_id: an input replays the same way in any process).
+const fleetlink::Bytes& live_hello() {
+  static const fleetlink::Bytes frame =
+      fleetlink::encode(CoreFixture::hello_for("rig-0414", "01936d3c-5e2a-7b3c-8d4e-000000000414"));
+  return frame;
+}
+
+// An input's world: rig-0414 connected (its held command sent), rig-0415 known and offline.
+struct World {
+  CoreFixture f{{}, std::make_shared<MemoryStore::Shared>(start_store()), kWallMs};
+  World() {
+    fleetlink::broker::RigSession& s = f.connect();
+    f.send_bytes(s, live_hello());
+    const std::optional<fleetlink::broker::Outgoing> w = f.core->next_frame(s);
+    if (!w || w->kind != fleetlink::broker::OutboundKind::welcome) std::abort();
+  }
+};
+
 }  // namespace
+
+// Once, before the first input: the world made from the start store is the one
+// the harness made per input before (the command enqueued, rig-0414's HELLO, rig-0415's
+// HELLO and close, on one live core), as the API sees it: the same rigs in the same
+// states and outboxes, and the same command.
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  World loaded;
+  CoreFixture built({}, {}, kWallMs);
+  auto held = CoreFixture::request("rig-0414", "dmesg", {{"lines", "50"}});
+  held.cmd_id = std::string(kHeldCmdId);
+  held.hold = true;
+  (void)built.enqueue_ok(std::move(held));
+  (void)built.live_rig("rig-0414", "01936d3c-5e2a-7b3c-8d4e-000000000414");
+  built.core->on_closed(built.live_rig("rig-0415", "01936d3c-5e2a-7b3c-8d4e-000000000415"));
+
+  const auto a = loaded.f.core->rigs();
+  const auto b = built.core->rigs();
+  if (a.size() != 2 || a.size() != b.size()) std::abort();
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i].rig_id != b[i].rig_id || a[i].state != b[i].state || a[i].connected != b[i].connected ||
+        a[i].boot_id != b[i].boot_id || a[i].outbox_depth != b[i].outbox_depth || a[i].unsent != b[i].unsent ||
+        a[i].held != b[i].held || a[i].kinds != b[i].kinds || a[i].labels != b[i].labels)
+      std::abort();
+  const auto ca = loaded.f.core->command(kHeldCmdId);
+  const auto cb = built.core->command(kHeldCmdId);
+  if (!ca || !cb || ca->state != cb->state || ca->rig_id != cb->rig_id || ca->kind != cb->kind ||
+      ca->args != cb->args)
+    std::abort();
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
@@ -72,24 +148,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view query = nl == std::string_view::npos ? std::string_view{} : rest.substr(0, nl);
   const std::string_view body = nl == std::string_view::npos ? rest : rest.substr(nl + 1);
 
-  CoreFixture f;
-  // The vectors' cmd_id is a UUIDv7 of this time: the broker takes ids near its clock.
-  f.clock.wall = 1732704493098ULL + 1000;
-  auto offline = CoreFixture::request("rig-0414", "dmesg", {{"lines", "50"}});
-  offline.cmd_id = "01936d3c-5e2a-7b3c-8d4e-1f2a3b4c5d6e";
-  offline.hold = true;  // rig-0414 not seen yet: held until its HELLO
-  (void)f.enqueue_ok(std::move(offline));
-  (void)f.live_rig("rig-0414");
-  // rig-0415: seen once, now offline.
-  fleetlink::broker::RigSession& gone = f.live_rig("rig-0415");
-  f.core->on_closed(gone);
-
   if (target.method == nullptr) {
     fleetlink::broker::stream::Request line = fleetlink::broker::stream::parse_line(body);
     if (auto* send = std::get_if<fleetlink::broker::stream::SendRequest>(&line)) {
       if (send->ref.size() > fleetlink::broker::stream::kMaxRefBytes) std::abort();
-      (void)f.core->enqueue(std::move(send->request));
-      (void)f.core->persist();
+      World w;  // only a send reaches the fleet
+      (void)w.f.core->enqueue(std::move(send->request));
+      (void)w.f.core->persist();
     } else {
       const auto& error = std::get<fleetlink::broker::stream::LineError>(line);
       if (error.error.empty() || error.detail.empty()) std::abort();
@@ -98,6 +163,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
 
+  World w;
+  CoreFixture& f = w.f;
   fleetlink::broker::BrokerMetrics metrics;
   fleetlink::broker::JobTable jobs(f.store.get());
   jobs.set_clock([&f] { return f.clock.wall_ms(); });

@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "../unit/broker/fleet/fleet_core_fixture.hpp"
 #include "fleetlink/close_codes.hpp"
@@ -33,6 +34,7 @@ using fleetlink::CloseCode;
 using fleetlink::broker::OutboundKind;
 using fleetlink::broker::RigSession;
 using fleetlink::broker::testing::CoreFixture;
+using fleetlink::broker::testing::MemoryStore;
 
 // The command the vectors' ACK, RESULT and OUTPUT frames name (tests/vectors/frames.txt).
 constexpr std::string_view kVectorCmdId = "01936d3c-5e2a-7b3c-8d4e-1f2a3b4c5d6e";
@@ -44,22 +46,72 @@ bool broker_sends(std::uint16_t code) {
   return false;
 }
 
-struct Harness {
-  CoreFixture f;
-  Harness(bool collide, bool draining) {
-    // The vectors' cmd_id is a UUIDv7 of this time: the broker takes ids near its clock.
-    f.clock.wall = 1732704493098ULL + 1000;
-    // rig-0414 has an open command waiting: a HELLO as rig-0414 brings it out.
+// The vectors' cmd_id is a UUIDv7 of this time: the broker takes ids near its clock.
+constexpr std::uint64_t kWallMs = 1732704493098ULL + 1000;
+// The live rig-0414's boot (bit 0): fixed, so an input replays the same way in any process.
+constexpr std::string_view kLiveBootId = "01936d3c-5e2a-7b3c-8d4e-000000000414";
+
+// What every input starts from, made once: the store of a broker to which
+// rig-0414's open command was sent before rig-0414 ever said HELLO (held until
+// it does). Each input gets a fresh FleetCore that loads a copy of it, as the
+// broker does when it starts, so nothing one input does reaches the next: the
+// core, the store, the transport, the registry and the clock are all new. (Made
+// per input through enqueue, the command cost more than the input's own frames.)
+const MemoryStore::Shared& start_store() {
+  static const MemoryStore::Shared shared = [] {
+    CoreFixture f({}, {}, kWallMs);
     auto request = CoreFixture::request("rig-0414", "dmesg", {{"lines", "50"}});
     request.cmd_id = std::string(kVectorCmdId);
     request.hold = true;  // a rig never seen: held until it says HELLO
     f.enqueue_ok(std::move(request));
-    if (collide) (void)f.live_rig("rig-0414");
+    return *f.store->shared();
+  }();
+  return shared;
+}
+
+struct Harness {
+  CoreFixture f;
+  Harness(bool collide, bool draining)
+      : f({}, std::make_shared<MemoryStore::Shared>(start_store()), kWallMs) {
+    if (collide) (void)f.live_rig("rig-0414", std::string(kLiveBootId));
     if (draining) f.core->start_drain(std::chrono::milliseconds(60000));
   }
 };
 
+// Whether one of the input's messages is a valid HELLO. Asked only of a connection
+// that ended neither closed nor WELCOMEd (rare), so the fuzzer does not decode every
+// first message twice; such a connection took every message of the input.
+bool has_valid_hello(const std::uint8_t* data, std::size_t size) {
+  std::size_t at = 1;
+  while (at + 2 <= size) {
+    const std::uint16_t len = static_cast<std::uint16_t>(data[at] | (data[at + 1] << 8));
+    at += 2;
+    if (len == kTick) continue;
+    const std::size_t n = std::min<std::size_t>(len, size - at);
+    const auto decoded = fleetlink::decode(std::span<const std::uint8_t>(data + at, n));
+    if (decoded && std::holds_alternative<fleetlink::msg::Hello>(*decoded) && fleetlink::validate(*decoded).has_value())
+      return true;
+    at += n;
+  }
+  return false;
+}
+
 }  // namespace
+
+// Once, before the first input: a world made from the start store is the world the
+// harness promises (a HELLO as rig-0414 is WELCOMEd and brings out the open command).
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  Harness h(false, false);
+  RigSession& s = h.f.connect();
+  h.f.send(s, CoreFixture::hello_for("rig-0414", "01936d3c-5e2a-7b3c-8d4e-000000000415"));
+  const std::vector<fleetlink::broker::Outgoing> out = h.f.frames(s);
+  const std::vector<fleetlink::msg::Command> commands = CoreFixture::commands_in(out);
+  if (out.empty() || out.front().kind != OutboundKind::welcome || commands.size() != 1 ||
+      commands.front().cmd_id != kVectorCmdId)
+    std::abort();
+  h.f.closed(s);
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
@@ -73,7 +125,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const bool fragment = (flags & 8) != 0;
 
   bool welcomed = false;
-  bool hello_valid = false;
   std::size_t at = 1;
   while (at + 2 <= size && !f.transport.close_of(s)) {
     const std::uint16_t len = static_cast<std::uint16_t>(data[at] | (data[at + 1] << 8));
@@ -84,11 +135,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     } else {
       const std::size_t n = std::min<std::size_t>(len, size - at);
       const std::span<const std::uint8_t> message(data + at, n);
-      if (!hello_valid && !welcomed) {
-        const auto decoded = fleetlink::decode(message);
-        hello_valid = decoded && std::holds_alternative<fleetlink::msg::Hello>(*decoded) &&
-                      fleetlink::validate(*decoded).has_value();
-      }
       if (fragment && n >= 2) {
         const std::size_t half = n / 2;
         f.core->on_data(s, message.first(half), n - half, false);
@@ -114,7 +160,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   if (closes > 1) std::abort();
   // A valid HELLO that was not refused was answered.
-  if (hello_valid && closes == 0 && !welcomed && !(flags & 1)) std::abort();
+  if (closes == 0 && !welcomed && !(flags & 1) && has_valid_hello(data, size)) std::abort();
   f.closed(s);
   return 0;
 }

@@ -87,8 +87,11 @@ struct CoreFixture {
   EventLog log;
   int drained = 0;
 
-  explicit CoreFixture(FleetSettings s = {}, std::shared_ptr<MemoryStore::Shared> shared = {})
+  // `wall_ms`: the wall clock when the core starts (and loads the store).
+  explicit CoreFixture(FleetSettings s = {}, std::shared_ptr<MemoryStore::Shared> shared = {},
+                       std::optional<std::uint64_t> wall_ms = std::nullopt)
       : settings(std::move(s)) {
+    if (wall_ms) clock.wall = *wall_ms;
     store = std::make_unique<MemoryStore>(shared ? std::move(shared) : std::make_shared<MemoryStore::Shared>());
     start_core();
   }
