@@ -123,8 +123,10 @@ class BrokerCliTest(LabTestCase):
                                                                                   "strict"}
         shown = set(re.findall(r"^\s+--([a-z][a-z0-9-]*) [A-Z]+(?::\{[^}]*\}|:[A-Z]+)?=\S", r.stdout, re.M))
         # Options whose default is "none" say so in words.
+        # CLI11 puts the description of a long option on the next line.
         by_words = {o for o in options - shown
-                    if re.search(rf"^\s+--{o} .*\((default: [^)]*|required)\)", r.stdout, re.M)}
+                    if re.search(rf"^\s+--{o} [^\n]*(\n {{20,}}[^\n]*)?\((default: [^)]*|required[^)]*)\)",
+                                 r.stdout, re.M)}
         self.assertEqual(sorted(options - shown - by_words), [])
         self.assertIn("--ping-interval-ms UINT=20000", r.stdout)
         self.assertNotIn("1.79769e+308", r.stdout)

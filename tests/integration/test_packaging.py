@@ -539,12 +539,21 @@ class DebianPackages(unittest.TestCase):
             token = lab.path("control-token")
             with open(token, "w") as f:
                 f.write("s3cret\n")
+            # The S3 artifact store's example settings, uncommented, need their key files.
+            s3_keys = {}
+            for name, text in (("access", "AKIAEXAMPLE\n"), ("secret", "example-secret\n")):
+                s3_keys[name] = lab.path(f"s3-{name}-key")
+                with open(s3_keys[name], "w") as f:
+                    f.write(text)
+                os.chmod(s3_keys[name], 0o600)
             conf = lab.path("broker.conf")
             write_uncommented(self.packaged("/etc/fleetlink/broker.conf"), conf, {
                 "listen": "127.0.0.1:0", "control": "127.0.0.1:0", "plain-listen": "127.0.0.1:0",
                 "cert": lab.certs.broker_cert, "key": lab.certs.broker_key, "ca": lab.certs.ca,
                 "control-token": "unused-when-the-file-is-given", "control-token-file": token,
-                "broker-id": "pkg-test", "state-dir": lab.path("broker-state")})
+                "broker-id": "pkg-test", "state-dir": lab.path("broker-state"),
+                "artifact-s3-access-key-file": s3_keys["access"],
+                "artifact-s3-secret-key-file": s3_keys["secret"]})
             p = lab.process("packaged-broker", [prog, "--config", conf], env=self.env)
             p.wait_log(harness.Broker.READY, timeout=15)
             self.assertEqual(p.stop(timeout=20), 0, p.log()[-3000:])

@@ -385,7 +385,7 @@ ParseOutcome parse_command_line(int argc, const char* const* argv) {
   app.add_option("--artifact-s3-endpoint", cfg.artifact_s3_endpoint,
                  "an S3-compatible store rigs upload artifacts to by presigned URL, http(s)://host[:port] "
                  "(default: none, the built-in store)");
-  app.add_option("--artifact-s3-bucket", cfg.artifact_s3_bucket, "the S3 store's bucket (it must exist)");
+  app.add_option("--artifact-s3-bucket", cfg.artifact_s3_bucket, "the S3 store's bucket, which must exist (required with --artifact-s3-endpoint)");
   app.add_option("--artifact-s3-region", cfg.artifact_s3_region, "the S3 store's region, signed into every URL")
       ->capture_default_str();
   app.add_option("--artifact-s3-prefix", cfg.artifact_s3_prefix,
@@ -396,9 +396,9 @@ ParseOutcome parse_command_line(int argc, const char* const* argv) {
       ->type_name("TEXT:{path,virtual}")
       ->capture_default_str();
   app.add_option("--artifact-s3-access-key-file", cfg.artifact_s3_access_key_file,
-                 "a file holding the S3 access key id (never given on the command line)");
+                 "a file holding the S3 access key id, never given on the command line (required with --artifact-s3-endpoint)");
   app.add_option("--artifact-s3-secret-key-file", cfg.artifact_s3_secret_key_file,
-                 "a file holding the S3 secret access key (never given on the command line)");
+                 "a file holding the S3 secret access key, never given on the command line (required with --artifact-s3-endpoint)");
   r.whole("artifact-s3-url-ttl-s", cfg.artifact_s3_url_ttl_s, "a presigned S3 URL is valid this long, in seconds");
   app.add_option("--registry", cfg.registry,
                  "who owns which rig: embedded (this broker alone) or redis (several brokers, one fleet)")
