@@ -9,6 +9,7 @@
 
 #include "common/log.hpp"
 #include "fleetlink/codec.hpp"
+#include "atomic_file.hpp"
 
 namespace fleetlink::agent {
 
@@ -155,45 +156,7 @@ Expected<void> CommandLedger::append() {
 
 Expected<void> CommandLedger::rewrite(std::uint64_t now) {
   const std::string text = journal_snapshot(window_, now);
-  auto tmp = file_;
-  tmp += ".tmp." + std::to_string(::getpid());
-  auto fail = [&](const std::string& what, const std::filesystem::path& p) {
-    return make_error(Errc::io, what + " " + p.string() + ": " + std::strerror(errno));
-  };
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return fail("cannot create", tmp);
-  std::string_view data = text;
-  bool ok = true;
-  while (ok && !data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) ok = false;
-    else data.remove_prefix(static_cast<std::size_t>(n));
-  }
-  if (!ok || ::fsync(fd) != 0) {
-    auto err = fail("cannot write", tmp);
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return err;
-  }
-  if (::close(fd) != 0) {
-    auto err = fail("cannot close", tmp);
-    ::unlink(tmp.c_str());
-    return err;
-  }
-  if (::rename(tmp.c_str(), file_.c_str()) != 0) {
-    auto err = fail("cannot rename onto", file_);
-    ::unlink(tmp.c_str());
-    return err;
-  }
-  // The rename is durable only once the directory entry is on disk.
-  auto dir = file_.parent_path();
-  if (dir.empty()) dir = ".";
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return fail("cannot open directory", dir);
-  const int rc = ::fsync(dfd);
-  ::close(dfd);
-  if (rc != 0) return fail("cannot fsync directory", dir);
+  if (auto w = write_file_atomic(file_, Bytes(text.begin(), text.end())); !w) return w;
   base_ms_ = now;
   appended_ = 0;
   rewrite_due_ = false;

@@ -14,14 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "atomic_file.hpp"
 #include "fleetlink/expected.hpp"
 #include "fleetlink/messages.hpp"
 
 namespace fleetlink::agent {
 
-// Write temp file, fsync, rename over path, fsync the directory.
-Expected<void> write_file_atomic(const std::filesystem::path& path, const Bytes& data);
-Expected<Bytes> read_file_bytes(const std::filesystem::path& path);
 // cmd_ids arrive from the network: only these become file names.
 bool safe_file_stem(std::string_view s) noexcept;
 
