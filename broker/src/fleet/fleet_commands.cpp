@@ -73,21 +73,40 @@ void kick_each(std::vector<RigSession*>& kick, RigTransport& transport) {
 std::uint64_t FleetCore::persist() {
   std::vector<CmdKey> created;
   created.swap(uncommitted_);
-  const std::uint64_t batch = store_.submit();
-  const std::optional<Expected<void>> known = batch_state(batch);  // a store without a thread: known now
   std::vector<RigSession*> kick;
-  HeldBatch held{batch, {}};
+  std::vector<CmdKey> waiting;
+  auto go = [&](CommandView& v) {
+    if (!v.in_outbox) return;
+    if (RigSession* s = registry_.find(v.rig_id)) kick.push_back(s);
+  };
+  // The commands free to go are written to their rigs before the batch is
+  // submitted: a store may commit a small batch right here, on the loop, and
+  // the rig's work should not wait for that.
   for (const CmdKey& id : created) {
     CommandView* v = commands_.find(id.view());
     if (!v || v->recorded) continue;
+    if (waits_for_its_record(*v)) {  // not sendable while not recorded (FleetCore::sendable)
+      waiting.push_back(id);
+      continue;
+    }
     v->recorded = true;  // its later steps wait for the interval commit
-    if (waits_for_its_record(*v) && !(known && *known)) {
+    go(*v);
+  }
+  kick_each(kick, transport_);
+  kick.clear();
+  const std::uint64_t batch = store_.submit();
+  const std::optional<Expected<void>> known = batch_state(batch);  // committed here, or a store without a thread
+  HeldBatch held{batch, {}};
+  for (const CmdKey& id : waiting) {
+    CommandView* v = commands_.find(id.view());
+    if (!v || v->recorded) continue;
+    v->recorded = true;
+    if (!(known && *known)) {
       v->waits_for_batch = batch;
       held.commands.push_back(id);
       continue;
     }
-    if (!v->in_outbox) continue;
-    if (RigSession* s = registry_.find(v->rig_id)) kick.push_back(s);
+    go(*v);
   }
   if (!held.commands.empty()) held_.push_back(std::move(held));
   kick_each(kick, transport_);

@@ -247,10 +247,13 @@ std::string BrokerMetrics::render_prometheus(
   if (store != nullptr) {
     const StoreCounters c = store->counters();
     w.simple("store_commits_total", "counter", "Transactions of the command store (each of one or more batches).", c.commits);
+    w.simple("store_commits_on_loop_total", "counter",
+             "Of the store's transactions: small batches committed on the event loop while its writer thread was idle.",
+             c.commits_on_loop);
     w.simple("store_rows_written_total", "counter", "Command rows the store wrote (steps of one commit coalesced).",
              c.rows_written);
     if (!c.commit_bounds.empty())
-      w.histogram("store_commit_seconds", "How long each transaction of the command store took (on its writer thread, not the event loop).",
+      w.histogram("store_commit_seconds", "How long each transaction of the command store took (on its writer thread, or on the event loop for a small batch).",
                   c.commit_bounds, c.commit_buckets, c.commit_seconds);
   }
   w.simple("frames_in_total", "counter", "WebSocket frames received from rigs.", frames_in);

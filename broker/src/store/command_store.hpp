@@ -81,6 +81,7 @@ struct StoreCounters {
   std::uint64_t commits = 0;          // commits that wrote something
   std::uint64_t commit_failures = 0;  // their writes stayed pending for the next one
   std::uint64_t rows_written = 0;     // command rows, after coalescing
+  std::uint64_t commits_on_loop = 0;  // of `commits`: those made on the event loop (small batches, writer idle)
   // How long commits took (off the loop for a store with a writer thread): a histogram (upper bounds in seconds,
   // a count per bucket with the +Inf one last). Empty: not measured.
   std::vector<double> commit_bounds;

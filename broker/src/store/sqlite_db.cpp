@@ -21,6 +21,7 @@ void BusyWait::install(sqlite3* db) noexcept { sqlite3_busy_handler(db, &BusyWai
 
 int BusyWait::on_busy(void* self, int count) noexcept {
   auto* w = static_cast<BusyWait*>(self);
+  if (w->no_wait_.load(std::memory_order_relaxed)) return 0;
   const auto now = std::chrono::steady_clock::now();
   if (count == 0) w->started_ = now;
   if (now - w->started_ >= w->timeout_) return 0;

@@ -38,11 +38,15 @@ class BusyWait {
       : timeout_(timeout), give_up_(give_up) {}
   void install(sqlite3* db) noexcept;
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+  // While set, a lock held by another connection fails the statement at once
+  // (SQLITE_BUSY) instead of waiting: for a transaction tried on the event loop.
+  void set_no_wait(bool on) noexcept { no_wait_.store(on, std::memory_order_relaxed); }
 
  private:
   static int on_busy(void* self, int count) noexcept;
   std::chrono::milliseconds timeout_;
   const std::atomic<bool>* give_up_;
+  std::atomic<bool> no_wait_{false};
   std::chrono::steady_clock::time_point started_{};
 };
 

@@ -261,7 +261,8 @@ std::uint64_t SqliteStore::submit() {
     try {
       in_flight_.push_back(current_);
       try {
-        last_ticket_ = writer_->enqueue(current_);
+        if (current_->rows > options_.commit_here_max_rows || !writer_->commit_here(current_))
+          last_ticket_ = writer_->enqueue(current_);
       } catch (...) {
         in_flight_.pop_back();
         throw;
@@ -321,7 +322,7 @@ bool SqliteStore::up() const noexcept { return writer_->up(); }
 
 StoreCounters SqliteStore::counters() const noexcept {
   const WriterStats w = writer_->stats();
-  StoreCounters c{w.commits, w.commit_failures, w.rows_written, {}, {}, w.commit_seconds};
+  StoreCounters c{w.commits, w.commit_failures, w.rows_written, w.commits_here, {}, {}, w.commit_seconds};
   try {
     c.commit_bounds.assign(std::begin(kCommitBuckets), std::end(kCommitBuckets));
     c.commit_buckets.assign(std::begin(w.commit_buckets), std::end(w.commit_buckets));
@@ -346,6 +347,7 @@ SqliteStats SqliteStore::stats() const noexcept {
   s.unreadable_rows = unreadable_rows_;
   s.prune_failures = w.prune_failures;
   s.writer_cpu_ns = w.cpu_ns;
+  s.commits_on_loop = w.commits_here;
   if (checkpointer_) s.checkpoint = checkpointer_->stats();
   return s;
 }

@@ -112,6 +112,12 @@ struct SqliteOptions {
   std::chrono::milliseconds drain_timeout{5000};
   // Rows per transaction, about (a backlog goes in pieces).
   std::size_t max_group_rows = 10'000;
+  // A batch of at most this many rows is committed on the loop itself when
+  // the writer thread is idle (SqliteWriter::commit_here): one command's
+  // creation and the step before it, as a client sending one command at a
+  // time makes them. Larger batches, and every batch while the thread is
+  // busy, go to the thread and are grouped there. 0: never on the loop.
+  std::size_t commit_here_max_rows = 4;
   // The writer thread's scheduling (store/sqlite_writer.hpp).
   int writer_nice = 0;
   bool writer_sched_batch = true;
@@ -144,6 +150,7 @@ struct SqliteStats {
   std::uint64_t unreadable_rows = 0;   // rows whose blobs could not be decoded
   std::uint64_t prune_failures = 0;
   std::uint64_t writer_cpu_ns = 0;     // the writer thread's CPU time
+  std::uint64_t commits_on_loop = 0;   // of `commits`: small batches committed on the loop (commit_here_max_rows)
   CheckpointStats checkpoint;
 };
 

@@ -101,6 +101,56 @@ std::uint64_t SqliteWriter::enqueue(std::shared_ptr<const WriteBatch> batch) {
   return ticket;
 }
 
+bool SqliteWriter::commit_here(const std::shared_ptr<const WriteBatch>& batch) {
+  if (batch->lost_writes) return false;  // its Error is reported by the thread
+  {
+    std::lock_guard l(mu_);
+    // Anything ahead of it must be durable first, and a failing streak keeps its order and backoff.
+    if (!queue_.empty() || group_held_ || stop_ || !last_attempt_ok_) return false;
+  }
+  // Only the loop enqueues, so nothing can get ahead of it from here on.
+  std::unique_lock c(conn_mu_, std::try_to_lock);
+  if (!c.owns_lock()) return false;  // a prune, or a checkpoint's sample, has the connection
+  const auto began = Clock::now();
+  bool ok = false;
+  busy_.set_no_wait(true);
+  try {
+    int rc = begin_.step();
+    begin_.reset();
+    if (rc == SQLITE_DONE) {
+      ok = rows_.write(batch->writes).has_value();
+      if (ok) {
+        rc = commit_.step();
+        commit_.reset();
+        ok = rc == SQLITE_DONE;
+      }
+      if (!ok) rollback();
+    }
+  } catch (const std::exception&) {
+    rollback();
+    ok = false;
+  }
+  busy_.set_no_wait(false);
+  const auto took = Clock::now() - began;
+  sample_locked();
+  c.unlock();
+  if (!ok) return false;  // the thread tries it, with its waits and its retries
+  count_commit(took);
+  rows_written_.fetch_add(batch->writes.command_count(), std::memory_order_relaxed);
+  batches_.fetch_add(1, std::memory_order_relaxed);
+  commits_here_.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard l(mu_);
+  try {
+    outcomes_.push_back(BatchOutcome{batch->number, {}});
+  } catch (const std::bad_alloc&) {
+    // Durable all the same: the caller reads durable_through(), and an
+    // outcome is only ever needed for a failure.
+  }
+  rows_durable_.fetch_add(batch->rows, std::memory_order_release);
+  durable_through_.store(batch->number, std::memory_order_release);
+  return true;
+}
+
 std::uint64_t SqliteWriter::ticket() const {
   std::lock_guard l(mu_);
   return attempts_begun_;
@@ -165,6 +215,7 @@ WriterStats SqliteWriter::stats() const noexcept {
   s.key_conflicts = rows_.key_conflicts();
   s.prune_failures = prune_failures_.load(std::memory_order_relaxed);
   s.cpu_ns = cpu_ns_.load(std::memory_order_relaxed);
+  s.commits_here = commits_here_.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -261,6 +312,7 @@ void SqliteWriter::run() noexcept {
   for (const Entry& e : group_) rows += e.batch->rows, ++batches;
   for (const auto& b : queue_) rows += b->rows, ++batches;
   group_.clear();
+  group_held_ = false;
   queue_.clear();
   abandoned_rows_ = rows;
   stopped_ = true;
@@ -285,6 +337,7 @@ bool SqliteWriter::take_queued() {
     took = true;
   }
   ++attempts_begun_;
+  group_held_ = !group_.empty();
   return took;
 }
 
@@ -342,16 +395,20 @@ Expected<void> SqliteWriter::write_group(Clock::duration& took) {
   return result;
 }
 
+void SqliteWriter::count_commit(Clock::duration took) noexcept {
+  commits_.fetch_add(1, std::memory_order_relaxed);
+  const double s = std::chrono::duration<double>(took).count();
+  const auto* bucket = std::lower_bound(std::begin(kCommitBuckets), std::end(kCommitBuckets), s);
+  buckets_[bucket - std::begin(kCommitBuckets)].fetch_add(1, std::memory_order_relaxed);
+  commit_ns_.fetch_add(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(took).count()),
+                       std::memory_order_relaxed);
+}
+
 void SqliteWriter::finish_attempt(const Expected<void>& result, Clock::duration took) {
   const auto now = Clock::now();
   bool wake_now = false;
   if (result) {
-    commits_.fetch_add(1, std::memory_order_relaxed);
-    const double s = std::chrono::duration<double>(took).count();
-    const auto* bucket = std::lower_bound(std::begin(kCommitBuckets), std::end(kCommitBuckets), s);
-    buckets_[bucket - std::begin(kCommitBuckets)].fetch_add(1, std::memory_order_relaxed);
-    commit_ns_.fetch_add(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(took).count()),
-                         std::memory_order_relaxed);
+    count_commit(took);
     std::uint64_t command_rows = 0, rows = 0;
     for (const Entry& e : group_) {
       command_rows += e.batch->writes.command_count();
@@ -377,6 +434,7 @@ void SqliteWriter::finish_attempt(const Expected<void>& result, Clock::duration 
       // The references go before the number does: a batch the loop sees
       // durable is the loop's alone.
       group_.clear();
+      group_held_ = false;
       rows_durable_.fetch_add(rows, std::memory_order_release);
       durable_through_.store(last, std::memory_order_release);
       ++attempts_ended_;

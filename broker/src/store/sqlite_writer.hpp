@@ -1,6 +1,8 @@
 #pragma once
 // The SQLite store's writer: a thread with the store's only writing connection,
-// so no commit ever holds the event loop (store/sqlite_store.hpp).
+// so no fsync, busy wait or large transaction ever holds the event loop
+// (store/sqlite_store.hpp). The loop may borrow the connection for a small
+// batch while the thread is idle (commit_here).
 //
 // The loop hands over batches (enqueue); the thread takes every batch queued
 // when it looks and commits them in one transaction, batch by batch in order
@@ -85,6 +87,7 @@ struct WriterStats {
   std::uint64_t key_conflicts = 0;
   std::uint64_t prune_failures = 0;
   std::uint64_t cpu_ns = 0;  // the thread's CPU time
+  std::uint64_t commits_here = 0;  // of `commits`: those made by commit_here() on the loop
 };
 
 class SqliteWriter {
@@ -102,6 +105,17 @@ class SqliteWriter {
   // wait(): every transaction that begins after it includes this batch. Throws
   // only std::bad_alloc, having queued nothing.
   std::uint64_t enqueue(std::shared_ptr<const WriteBatch> batch);
+  // Commits `batch` on the calling thread (the loop) instead, when that cannot
+  // wait or reorder anything: the thread has nothing queued or being tried,
+  // nothing is stopping, the connection is free, and no other connection holds
+  // the write lock (no busy wait: SQLITE_BUSY declines at once). True: the
+  // batch is durable and its outcome is out, exactly as if the thread had
+  // written it (no wakeup: the caller takes the outcomes). False: nothing was
+  // written and the caller enqueue()s it. The transaction has no fsync
+  // (synchronous = NORMAL in WAL mode), so it costs the loop only SQLite's own
+  // work and one write(2) of the WAL frames; and it spares a small batch the
+  // two thread handoffs, which on a busy machine take longer than the commit.
+  bool commit_here(const std::shared_ptr<const WriteBatch>& batch);
   // The ticket of a wait() for what is queued already.
   std::uint64_t ticket() const;
   // Waits until batch `through` is durable (Ok), or a transaction that began
@@ -148,6 +162,8 @@ class SqliteWriter {
   bool attempt();
   Expected<void> write_group(std::chrono::steady_clock::duration& took);
   void finish_attempt(const Expected<void>& result, std::chrono::steady_clock::duration took);
+  // Counts a transaction that succeeded in the commit figures.
+  void count_commit(std::chrono::steady_clock::duration took) noexcept;
   void run_prune(const RetentionPolicy& policy, std::uint64_t now_ms) noexcept;
   void prune_steps(const RetentionPolicy& policy, std::uint64_t now_ms);
   void sample_locked() noexcept;  // under conn_mu_
@@ -182,6 +198,7 @@ class SqliteWriter {
   bool last_attempt_ok_ = true;
   Error last_error_;
   bool kick_ = false;  // a wait() is waiting: retry now, not after the backoff
+  bool group_held_ = false;  // the thread holds batches (being written, or waiting to be tried again)
   bool stop_ = false, stopped_ = false;
   std::chrono::steady_clock::time_point drain_deadline_{};
   std::optional<std::pair<RetentionPolicy, std::uint64_t>> prune_request_;
@@ -203,7 +220,7 @@ class SqliteWriter {
   std::atomic<bool> up_{true};
   std::atomic<std::size_t> pruned_{0};
   std::atomic<std::uint64_t> commits_{0}, batches_{0}, commit_failures_{0}, rows_written_{0}, commit_ns_{0},
-      prune_failures_{0}, cpu_ns_{0};
+      prune_failures_{0}, cpu_ns_{0}, commits_here_{0};
   std::atomic<std::uint64_t> buckets_[kCommitBucketCount] = {};
 
   std::thread thread_;

@@ -40,7 +40,9 @@ std::vector<BatchOutcome> outcomes_soon(SqliteStore& s, std::size_t want) {
 
 TEST_CASE("writer: submit() numbers the batches, returns at once, and each batch's outcome comes once, in order") {
   TempDir tmp;
-  auto store = open_store(tmp.str());
+  SqliteOptions o = quick_options();
+  o.commit_here_max_rows = 0;  // every batch to the thread (the loop's commits: the next case)
+  auto store = open_store(tmp.str(), o);
   std::atomic<int> wakeups{0};
   store->set_wakeup([&] { wakeups.fetch_add(1); });
 
@@ -66,6 +68,68 @@ TEST_CASE("writer: submit() numbers the batches, returns at once, and each batch
   CHECK(store->backlog() == 0);
   RawDb raw(tmp.db());
   CHECK(raw.integer("SELECT count(*) FROM commands") == 5);
+  store->set_wakeup({});
+}
+
+TEST_CASE("writer: a small batch while the thread is idle is committed by submit() itself; any other goes to the thread") {
+  TempDir tmp;
+  auto store = open_store(tmp.str());
+  std::atomic<int> wakeups{0};
+  store->set_wakeup([&] { wakeups.fetch_add(1); });
+
+  SUBCASE("one command at a time: durable when submit() returns, outcome in hand, no wakeup") {
+    for (std::uint64_t i = 0; i < 3; ++i) {
+      store->put_command(command(id_at(kT0 + i), "r", CommandState::queued), false);
+      const std::uint64_t n = store->submit();
+      CHECK(n == i + 1);
+      CHECK(store->durable_through() == n);
+      const auto out = store->take_outcomes();
+      REQUIRE(out.size() == 1);
+      CHECK(out[0].batch == n);
+      CHECK(out[0].result);
+    }
+    CHECK(wakeups.load() == 0);
+    CHECK(store->stats().commits_on_loop == 3);
+    CHECK(store->counters().commits_on_loop == 3);
+    CHECK(store->backlog() == 0);
+    RawDb raw(tmp.db());
+    CHECK(raw.integer("SELECT count(*) FROM commands") == 3);
+  }
+
+  SUBCASE("a batch over the limit goes to the thread") {
+    for (std::uint64_t i = 0; i < 5; ++i) store->put_command(command(id_at(kT0 + i), "r", CommandState::queued), false);
+    const std::uint64_t n = store->submit();
+    REQUIRE(durable_soon(*store, n));
+    CHECK(store->stats().commits_on_loop == 0);
+    CHECK(outcomes_soon(*store, 1).size() == 1);
+  }
+
+  SUBCASE("another connection holds the write lock: no wait on the loop, the thread writes it once the lock is free") {
+    RawDb other(tmp.db());
+    REQUIRE(other.exec("BEGIN IMMEDIATE") == SQLITE_OK);
+    store->put_command(command(id_at(kT0), "r", CommandState::queued), false);
+    const auto began = std::chrono::steady_clock::now();
+    const std::uint64_t first = store->submit();
+    CHECK(std::chrono::steady_clock::now() - began < std::chrono::milliseconds(100));  // declined at once
+    CHECK(store->durable_through() < first);
+    // Behind it, a small batch must not overtake the thread's: it goes to the thread too.
+    store->put_command(command(id_at(kT0 + 1), "r", CommandState::queued), false);
+    const std::uint64_t second = store->submit();
+    CHECK(store->durable_through() < first);
+    REQUIRE(other.exec("COMMIT") == SQLITE_OK);
+    REQUIRE(durable_soon(*store, second));
+    const auto out = outcomes_soon(*store, 2);
+    REQUIRE(out.size() == 2);
+    CHECK(out[0].batch == first);
+    CHECK(out[1].batch == second);
+    CHECK(store->stats().commits_on_loop == 0);
+    // The thread idle again: the loop commits the next one itself.
+    store->put_command(command(id_at(kT0 + 2), "r", CommandState::queued), false);
+    CHECK(store->durable_through() == store->submit());
+    CHECK(store->stats().commits_on_loop == 1);
+    RawDb raw(tmp.db());
+    CHECK(raw.integer("SELECT count(*) FROM commands") == 3);
+  }
   store->set_wakeup({});
 }
 
