@@ -474,7 +474,23 @@ void JobTable::dispatch(Fleet& fleet, Job& job) {
     Job& job;
     ~Done() { job.dispatching = false; }
   } done{job};
+  // A job's commands go to their rigs only once their records are durable. A
+  // large job hands them to the store in chunks as it makes them, so the first
+  // rigs get theirs while the rest are still being made and recorded, instead
+  // of all waiting for one large commit at the end. The job's own record goes
+  // first: a command in the store names a job the store knows.
+  std::size_t unpersisted = 0;
+  bool job_put = false;
+  auto persist_chunk = [&] {
+    if (!job_put) {
+      save(job, now());
+      job_put = true;
+    }
+    (void)fleet.persist();
+    unpersisted = 0;
+  };
   for (; job.next_pending < job.rigs.size(); ++job.next_pending) {
+    if (unpersisted >= kPersistChunk) persist_chunk();
     if (job.stopped) return;
     if (job.max_concurrency != 0 && job.count(JobRigOutcome::dispatched) >= job.max_concurrency) return;
     const std::size_t i = job.next_pending;
@@ -503,6 +519,7 @@ void JobTable::dispatch(Fleet& fleet, Job& job) {
       r.cmd_id = ok->cmd_id;
       job.set_outcome(r, JobRigOutcome::dispatched);
       in_flight_[ok->cmd_id] = {&job, i};
+      ++unpersisted;
     } else {
       const auto& failure = std::get<EnqueueFailure>(outcome);
       job.set_outcome(r, JobRigOutcome::refused);

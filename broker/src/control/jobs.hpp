@@ -286,6 +286,8 @@ class JobTable {
   void for_each_newest_first(const std::function<void(const Job&)>& visit) const;
 
  private:
+  // dispatch() hands a large job's commands to the store this many at a time.
+  static constexpr std::size_t kPersistChunk = 1024;
   using CommandSummary = JobCommandSummary;
   using Summaries = std::vector<std::optional<CommandSummary>>;
   // The summaries of `cmd_ids`, in their order: before it returns from a store

@@ -160,7 +160,7 @@ class Broker:
 
     def store_counts(self):
         """(commits, rows written, seconds spent committing) of its command store, from
-        /metrics; zeros for --store none."""
+        /metrics (zeros for --store none), and the event loop's CPU seconds so far."""
         status, text = self.api("GET", "/metrics", timeout=30.0)
         names = ("store_commits_total", "store_rows_written_total", "store_commit_seconds_sum")
         found = {}
@@ -169,7 +169,12 @@ class Broker:
                 name, _, value = line.partition(" ")
                 if name.startswith("fleetlink_broker_") and name[len("fleetlink_broker_"):] in names:
                     found[name[len("fleetlink_broker_"):]] = float(value)
-        return tuple(found.get(n, 0.0) for n in names)
+        return tuple(found.get(n, 0.0) for n in names) + (self.loop_cpu_seconds(),)
+
+    def loop_cpu_seconds(self):
+        """utime + stime of the broker's main thread alone: its event loop (the
+        command store's threads are counted only in cpu_seconds())."""
+        return proc_cpu_seconds(f"{self.proc.pid}/task/{self.proc.pid}")
 
     def rig_count(self):
         status, body = self.api("GET", "/v1/rigs", timeout=30.0)
@@ -295,6 +300,8 @@ def add_store_figures(r, before, after, commands):
         r["store_commits_per_cmd"] = round((after[0] - before[0]) / commands, 3)
         r["store_rows_per_cmd"] = round((after[1] - before[1]) / commands, 3)
         r["store_commit_us_per_cmd"] = round((after[2] - before[2]) * 1e6 / commands, 1)
+        # Where the broker's CPU goes: the event loop (the rest is the store's threads).
+        r["broker_loop_cpu_us_per_cmd"] = round((after[3] - before[3]) * 1e6 / commands, 1)
     commits = after[0] - before[0]
     if commits > 0:
         r["store_us_per_commit"] = round((after[2] - before[2]) * 1e6 / commits, 1)

@@ -23,6 +23,7 @@ class FakeFleet final : public Fleet {
   std::vector<std::pair<std::string, StringMap>> enqueued;  // kind, args
   std::vector<CommandRequest> requests;                      // every request, in full
   std::uint64_t persisted = 0;                               // persist() calls (the batch numbers)
+  std::function<void()> on_persist;                          // called by each persist()
   bool persist_fails = false;
   std::vector<std::string> reconnected;
   std::vector<std::string> cancelled;   // cmd_ids passed to cancel()
@@ -118,7 +119,10 @@ class FakeFleet final : public Fleet {
     }
     return ok;
   }
-  std::uint64_t persist() override { return ++persisted; }
+  std::uint64_t persist() override {
+    if (on_persist) on_persist();
+    return ++persisted;
+  }
   void when_recorded(std::uint64_t, std::function<void(const Expected<void>&)> then) override {
     if (persist_fails) return then(Expected<void>{make_error(Errc::io, "disk full (test)")});
     then(Expected<void>{});

@@ -346,6 +346,34 @@ TEST_CASE("jobs: the record: written at the start, at most every few seconds whi
   CHECK(back->rigs[2].state == CommandState::failed);
 }
 
+TEST_CASE("jobs: a large job hands its commands to the store in chunks as it makes them, its own record first") {
+  FakeFleet f;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 2500; ++i) {
+    ids.push_back("rig-" + std::to_string(i));
+    f.rig_map[ids.back()] = make_rig(ids.back());
+  }
+  FakeJobStore store;
+  std::vector<std::pair<std::size_t, std::size_t>> at_persist;  // (commands made, job records put)
+  f.on_persist = [&] { at_persist.emplace_back(f.enqueued.size(), store.puts.size()); };
+  JobTable table(&store, 4);
+  const Job& j = table.start(f, request("dmesg"), ids, "job-big", kT0);
+  CHECK(f.enqueued.size() == 2500);
+  // Each chunk goes once made; the last one is the caller's persist() (after the answer is built).
+  CHECK(at_persist == std::vector<std::pair<std::size_t, std::size_t>>{{1024, 1}, {2048, 1}});
+  REQUIRE(store.puts.size() == 2);  // before the first chunk, then the whole job
+  CHECK(store.puts[0].job_id == "job-big");
+  CHECK_FALSE(store.puts[0].finished);
+  CHECK(j.count(JobRigOutcome::dispatched) == 2500);
+  // A small job: none of this, one record and the caller's persist().
+  f.on_persist = {};
+  const std::size_t puts = store.puts.size();
+  const std::uint64_t persisted = f.persisted;
+  table.start(f, request("dmesg"), {"rig-1", "rig-2"}, "job-small", kT0);
+  CHECK(f.persisted == persisted);
+  CHECK(store.puts.size() == puts + 1);
+}
+
 TEST_CASE("jobs: a record read back is the job, byte for byte in the API's JSON") {
   FakeFleet f = fleet_of({{"a", "x"}, {"b", "x"}});
   JobTable table;
