@@ -157,6 +157,9 @@ Expected<void> AdmissionListener::open(const HostPort& where, int backlog) {
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (options_.reuse_port) setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+  // Linux hands TCP_NODELAY on to every socket accepted from this one: no
+  // setsockopt() per connection.
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (::bind(fd, res->ai_addr, res->ai_addrlen) != 0 || ::listen(fd, backlog) != 0) {
     std::string err = std::strerror(errno);
     freeaddrinfo(res);
@@ -371,9 +374,7 @@ void AdmissionListener::accept_some() {
       break;
     }
     end_episode(false);   // room: the episode ends once it has lasted
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    Accepted a{fd, address_text(ss)};
+    Accepted a{fd, address_text(ss)};   // TCP_NODELAY comes from the listener (open())
     if (hooks_.admit && !hooks_.admit(a.address)) {
       ::close(fd);
       continue;
