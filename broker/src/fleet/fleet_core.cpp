@@ -110,7 +110,7 @@ void FleetCore::close_session(RigSession& s, CloseCode code, std::string reason)
   s.phase = SessionPhase::closing;
   s.close_code = static_cast<std::uint16_t>(code);
   if (reason.size() > 123) reason.resize(123);
-  observer_.closing(s, transport_.peer_address(s), code, reason);
+  observer_.closing(s, PeerAddress(transport_, s), code, reason);
   unregister(s, reason);
   transport_.close(s, code, reason);
   if (!probes_.empty()) probed_connection_gone(s);  // a newcomer waiting for this one goes on

@@ -5,18 +5,34 @@
 // decides what an operator sees. Every method has an empty default: a unit test
 // overrides what it checks.
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "fleet/fleet.hpp"
 #include "fleet/frame_errors.hpp"
 #include "fleet/hello_policy.hpp"
 #include "fleet/outbound.hpp"
+#include "fleet/transport.hpp"
 #include "fleetlink/messages.hpp"
 
 namespace fleetlink::broker {
 
 struct RigSession;
 struct OutboxEntry;
+
+// A connection's peer address ("host:port"), asked of the transport only when a
+// line that shows it is written: each ask is a getpeername() system call, and at
+// the default log level neither an accepted HELLO's line nor a close's is (the
+// call was 2% of the broker's CPU in a reconnect storm).
+class PeerAddress {
+ public:
+  PeerAddress(const RigTransport& transport, const RigSession& s) noexcept : transport_(&transport), session_(&s) {}
+  std::string text() const { return transport_->peer_address(*session_); }
+
+ private:
+  const RigTransport* transport_;
+  const RigSession* session_;
+};
 
 class FleetObserver {
  public:
@@ -43,7 +59,7 @@ class FleetObserver {
   virtual void session_opened(const RigSession& /*s*/) {}
   // The connection is gone; `peer_code` is the rig's close code (0: not the rig's close).
   virtual void session_closed(const RigSession& /*s*/, std::uint16_t /*peer_code*/) {}
-  virtual void closing(const RigSession& /*s*/, std::string_view /*peer*/, CloseCode /*code*/, std::string_view /*reason*/) {}
+  virtual void closing(const RigSession& /*s*/, const PeerAddress& /*peer*/, CloseCode /*code*/, std::string_view /*reason*/) {}
   virtual void frame_written(const RigSession& /*s*/, OutboundKind /*kind*/) {}
   virtual void written_directly() {}
   virtual void write_failed(const RigSession& /*s*/) {}
@@ -60,7 +76,7 @@ class FleetObserver {
                               std::string_view /*detail*/) {}
 
   // --- HELLO ---
-  virtual void hello(const RigSession& /*s*/, const msg::Hello& /*hello*/, const HelloDecision& /*d*/, std::string_view /*peer*/,
+  virtual void hello(const RigSession& /*s*/, const msg::Hello& /*hello*/, const HelloDecision& /*d*/, const PeerAddress& /*peer*/,
                      std::string_view /*subject*/) {}
   virtual void superseding(const RigSession& /*old*/, const msg::Hello& /*hello*/, std::string_view /*why*/) {}
   // The same agent process says it reconnected: its old socket is probed now.

@@ -8,7 +8,10 @@
 // - quiet: accepted, nothing received yet. It is watched by the listener's own
 //   epoll set, unseen by lws, and costs nothing but its descriptor; it is closed
 //   if its peer says nothing within the handshake deadline. So silent TCP
-//   connections (port scanners, a flood) never take a handshake slot.
+//   connections (port scanners, a flood) never take a handshake slot. A socket
+//   whose first bytes are already there when it is accepted (one MSG_PEEK: the
+//   usual case under load) skips this room, and one whose peer already left is
+//   closed at once.
 // - waiting: its first bytes (a ClientHello) arrived; it waits in the listener's
 //   FIFO (up to max_waiting) while too many handed-over sockets have not
 //   finished their TLS handshake and WebSocket upgrade, or (TLS listener) while

@@ -47,10 +47,10 @@ void BrokerObserver::session_closed(const RigSession& s, std::uint16_t peer_code
   FL_DEBUG("connection closed rig=%s", rig_of(s));
 }
 
-void BrokerObserver::closing(const RigSession& s, std::string_view peer, CloseCode code, std::string_view reason) {
+void BrokerObserver::closing(const RigSession& s, const PeerAddress& peer, CloseCode code, std::string_view reason) {
   const auto n = static_cast<std::uint16_t>(code);
   ++metrics_.closes[n];
-  FL_INFO("closing rig=%s peer=%s code=%u (%s) %s", rig_of(s), text(peer).c_str(), n,
+  FL_INFO("closing rig=%s peer=%s code=%u (%s) %s", rig_of(s), peer.text().c_str(), n,
           text(close_code_name(n)).c_str(), text(reason).c_str());
 }
 
@@ -119,15 +119,15 @@ void BrokerObserver::hello_unusable(std::string_view peer, std::string_view subj
 }
 
 void BrokerObserver::hello(const RigSession& /*s*/, const msg::Hello& hello, const HelloDecision& d,
-                           std::string_view peer, std::string_view subject) {
+                           const PeerAddress& peer, std::string_view subject) {
   ++metrics_.hellos[to_string(d.verdict)];
   if (d.verdict == HelloVerdict::accept || d.verdict == HelloVerdict::supersede_existing) {
     FL_INFO("hello rig=%s boot=%s version=%s peer=%s outcome=%s", hello.rig_id.c_str(), hello.boot_id.c_str(),
-            hello.agent_version.c_str(), text(peer).c_str(), to_string(d.verdict));
+            hello.agent_version.c_str(), peer.text().c_str(), to_string(d.verdict));
   } else {
     FL_WARN_LIMITED("hello refused rig=" + hello.rig_id + " subject=" + text(subject),
                     "hello refused rig=%s boot=%s peer=%s subject=%s outcome=%s: %s", hello.rig_id.c_str(),
-            hello.boot_id.c_str(), text(peer).c_str(), text(subject).c_str(), to_string(d.verdict), d.reason.c_str());
+            hello.boot_id.c_str(), peer.text().c_str(), text(subject).c_str(), to_string(d.verdict), d.reason.c_str());
   }
 }
 

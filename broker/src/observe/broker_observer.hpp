@@ -28,7 +28,7 @@ class BrokerObserver final : public FleetObserver {
   void control_connections(std::size_t open) override;
   void session_opened(const RigSession& s) override;
   void session_closed(const RigSession& s, std::uint16_t peer_code) override;
-  void closing(const RigSession& s, std::string_view peer, CloseCode code, std::string_view reason) override;
+  void closing(const RigSession& s, const PeerAddress& peer, CloseCode code, std::string_view reason) override;
   void frame_written(const RigSession& s, OutboundKind kind) override;
   void written_directly() override;
   void write_failed(const RigSession& s) override;
@@ -37,7 +37,7 @@ class BrokerObserver final : public FleetObserver {
   void frame_refused(const RigSession& s, const FrameFault& fault, std::string_view detail) override;
   void hello_unusable(std::string_view peer, std::string_view subject, const FrameFault& fault,
                       std::string_view detail) override;
-  void hello(const RigSession& s, const msg::Hello& hello, const HelloDecision& d, std::string_view peer,
+  void hello(const RigSession& s, const msg::Hello& hello, const HelloDecision& d, const PeerAddress& peer,
              std::string_view subject) override;
   void superseding(const RigSession& old, const msg::Hello& hello, std::string_view why) override;
   void probing(const RigSession& old) override;

@@ -277,7 +277,7 @@ std::string BrokerMetrics::render_prometheus(
            "chaining to the CA bundle).",
            rigs_distrusted);
   w.simple("frames_written_directly_total", "counter",
-           "Frames (commands, pings) written to a rig at once, without waiting for a writeable callback.",
+           "Frames (WELCOMEs, commands, pings) written to a rig at once, without waiting for a writeable callback.",
            direct_writes);
   w.simple("frames_rejected_total", "counter",
            "Inbound frames rejected (malformed, oversized, over the rate limit).",

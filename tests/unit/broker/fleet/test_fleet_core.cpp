@@ -161,6 +161,18 @@ TEST_CASE("hello collision: one newcomer at a time; a newcomer that leaves frees
   CHECK_FALSE(superseded);
 }
 
+TEST_CASE("hello: the WELCOME is written at once, before what waits for the rig") {
+  CoreFixture f;
+  RigSession& s = f.connect();
+  CHECK(f.transport.direct.empty());
+  f.send(s, CoreFixture::hello_for("rig-1", uuid_v7().to_string()));
+  REQUIRE(f.transport.direct.size() == 1);
+  CHECK(f.transport.direct[0] == &s);
+  const std::optional<Outgoing> w = f.core->next_frame(s);
+  REQUIRE(w);
+  CHECK(w->kind == OutboundKind::welcome);
+}
+
 TEST_CASE("hello: no HELLO within the hello timeout is closed 4008") {
   FleetSettings settings;
   settings.hello_timeout_ms = 200;
@@ -178,11 +190,12 @@ TEST_CASE("hello: no HELLO within the hello timeout is closed 4008") {
 TEST_CASE("commands: seq from 1 per connection, written in seq order, most urgent frame first") {
   CoreFixture f;
   RigSession& s = f.live_rig("rig-1");
+  const std::size_t direct_before = f.transport.direct.size();  // the WELCOME's
   CHECK(f.enqueue_ok("rig-1").seq == 1);
   CHECK(f.enqueue_ok("rig-1").seq == 2);
   const EnqueueOk third = f.enqueue_ok("rig-1");
   CHECK(third.seq == 3);
-  CHECK(f.transport.direct.size() == 3);  // a command is written at once when nothing is buffered
+  CHECK(f.transport.direct.size() - direct_before == 3);  // a command is written at once when nothing is buffered
   std::vector<Outgoing> out = f.frames(s);
   REQUIRE(out.size() == 3);
   CHECK(seq_of(out[0]) == 1);
@@ -208,6 +221,7 @@ TEST_CASE("commands: seq from 1 per connection, written in seq order, most urgen
 TEST_CASE("commands: nothing is written before the store has it") {
   CoreFixture f;
   RigSession& s = f.live_rig("rig-1");
+  const std::size_t direct_before = f.transport.direct.size();  // the WELCOME's
   EnqueueOutcome o = f.core->enqueue(CoreFixture::request("rig-1"));
   REQUIRE(std::holds_alternative<EnqueueOk>(o));
   const std::string id = std::get<EnqueueOk>(o).cmd_id;
@@ -216,7 +230,7 @@ TEST_CASE("commands: nothing is written before the store has it") {
   CHECK_FALSE(f.store->stored(id).has_value());
   REQUIRE(f.core->persist());
   CHECK(f.store->stored(id)->state == CommandState::queued);
-  CHECK(f.transport.direct.size() == 1);  // written at once once recorded
+  CHECK(f.transport.direct.size() - direct_before == 1);  // written at once once recorded
   const std::vector<msg::Command> cmds = CoreFixture::commands_in(f.frames(s));
   REQUIRE(cmds.size() == 1);
   CHECK(cmds[0].cmd_id == id);
