@@ -266,7 +266,10 @@ void FleetCore::admit(RigSession& s, PendingHello& p) {
   std::string previous = p.previous_boot;
   if (const auto seen = offline_.find(s.rig_id); previous.empty() && seen != offline_.end())
     previous = seen->second.boot_id;
-  if (previous != boot_id) s.previous_boot_id = parse_uuid(previous).value_or(Uuid{});
+  if (previous != boot_id) {
+    if (const auto before = parse_uuid(previous); before && *before != Uuid{})
+      s.previous_boot_id = std::make_unique<const Uuid>(*before);
+  }
   s.phase = SessionPhase::live;
   s.keepalive.start(clock_.mono_ms(), settings_.keepalive);
   s.outbound.welcome = true;

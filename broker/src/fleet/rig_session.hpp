@@ -44,9 +44,15 @@ struct RigSession {
   std::string rig_id;                // short ids fit the string's inline buffer
   Uuid boot_id;                      // binary (byte order = text order = time order)
   // The rig's boot_id before this connection's, when it differs (the agent restarted
-  // since this broker last saw it); zero otherwise. A repeat answer on this connection
-  // to a command never acknowledged was accepted by that earlier process.
-  Uuid previous_boot_id;
+  // since this broker last saw it); null otherwise. A repeat answer on this connection
+  // to a command never acknowledged was accepted by that earlier process. On the heap:
+  // most connections have none, and 8 bytes here keep the slot lws allocates in a
+  // smaller malloc size class (docs/PERFORMANCE.md).
+  std::unique_ptr<const Uuid> previous_boot_id;
+  const Uuid& previous_boot() const noexcept {
+    static constexpr Uuid kNone{};
+    return previous_boot_id ? *previous_boot_id : kNone;
+  }
   // Interned by the registry: a fleet shares a handful of versions, kind sets and label sets.
   const std::string* agent_version = nullptr;
   const std::vector<std::string>* kinds = nullptr;  // sorted
@@ -63,10 +69,12 @@ struct RigSession {
   KeepaliveState keepalive;
   RateLimiter rate_limit;            // inbound frames per second
 
+  // The fields below are ordered so that they pack without padding.
   std::uint32_t established_mono_ms;
   std::uint64_t connected_at_ms;     // wall clock
   std::uint64_t last_seen_wall_ms = 0;
   std::uint32_t goaway_after_ms = 0;
+  std::uint32_t serial = 0;          // this broker's number for the connection: answers that come later find it by it
   std::uint16_t close_code = 0;       // ours, when the broker closes
   std::uint16_t peer_close_code = 0;  // theirs, when the rig closes
   SessionPhase phase = SessionPhase::awaiting_hello;
@@ -74,9 +82,13 @@ struct RigSession {
   bool registered = false;           // owns the rig's entry in the registry
   bool claiming = false;             // its HELLO's fleet-wide claim is on its way (Redis)
   bool awaiting_probe = false;       // its HELLO waits for the probe of the rig's other connection (bounded by the pong timeout)
-  std::uint32_t serial = 0;          // this broker's number for the connection: answers that come later find it by it
   bool rx_paused = false;            // reading stopped by the inbound rate limit
   OutboundFlags outbound;
 };
+
+// One per connected rig, inside lws's per-connection allocation together with a
+// 4-byte mark (net/rig_protocol.cpp): 248 bytes keep the two in malloc's 256-byte
+// size class; 264 put them in the 320-byte one (docs/PERFORMANCE.md).
+static_assert(sizeof(RigSession) <= 248, "RigSession grew past 248 bytes: the rig slot leaves its size class");
 
 }  // namespace fleetlink::broker

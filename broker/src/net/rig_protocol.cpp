@@ -20,12 +20,15 @@ namespace {
 
 // What lws allocates per rig connection (zeroed): the session, constructed at
 // ESTABLISHED, and a mark that it was, so that callbacks before or after find none.
+// The mark goes after the session, in what would otherwise be the allocation's
+// tail padding: 248 + 4 bytes are one 256-byte malloc size class (docs/PERFORMANCE.md).
 struct RigSlot {
   static constexpr std::uint32_t kMagic = 0xF1EE7C0Au;
-  std::uint32_t magic;
   alignas(RigSession) unsigned char storage[sizeof(RigSession)];
+  std::uint32_t magic;
   RigSession* session() noexcept { return std::launder(reinterpret_cast<RigSession*>(storage)); }
 };
+static_assert(sizeof(RigSlot) <= 256, "the rig slot left malloc's 256-byte size class");
 
 RigSession* session_of(void* user) {
   auto* slot = static_cast<RigSlot*>(user);
