@@ -31,7 +31,7 @@ void FleetCore::on_result(RigSession& s, msg::Result result) {
     s.outbox.settle_cmd(v->cmd_id);
     v->in_outbox = false;
   }
-  if (s.backlog) std::erase(*s.backlog, v);
+  if (s.backlog()) std::erase(*s.backlog(), v);
   if (v->acked_boot_id.empty())
     v->acked_boot_id = lifecycle::accepting_boot(*v, true, s.boot_id, s.previous_boot()).to_string();
   const std::uint64_t dropped_before = result.dropped_bytes;

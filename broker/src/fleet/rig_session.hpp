@@ -29,6 +29,21 @@ enum class SessionPhase : std::uint8_t {
 
 using LabelList = std::vector<std::pair<std::string, std::string>>;  // sorted by key
 
+// What few connections have, together on the heap (null while none is set): one
+// pointer in every idle rig's slot instead of three (docs/PERFORMANCE.md).
+struct RigSessionExtras {
+  // What the rig's token granted (--rig-token), set by the transport before
+  // on_open; null when it presented none (or tokens are off).
+  std::unique_ptr<RigGrant> grant;
+  // Commands waiting for room in the outbox, in order (a reconnect after many
+  // were held): null while there are none.
+  std::unique_ptr<std::deque<CommandView*>> backlog;
+  // The rig's boot_id before this connection's, when it differs (the agent restarted
+  // since this broker last saw it); zero otherwise. A repeat answer on this connection
+  // to a command never acknowledged was accepted by that earlier process.
+  Uuid previous_boot_id;
+};
+
 struct RigSession {
   RigSession(void* transport_handle, bool tls_identity, double burst, std::uint32_t now_mono_ms,
              std::uint64_t now_wall_ms)
@@ -43,29 +58,15 @@ struct RigSession {
 
   std::string rig_id;                // short ids fit the string's inline buffer
   Uuid boot_id;                      // binary (byte order = text order = time order)
-  // The rig's boot_id before this connection's, when it differs (the agent restarted
-  // since this broker last saw it); null otherwise. A repeat answer on this connection
-  // to a command never acknowledged was accepted by that earlier process. On the heap:
-  // most connections have none, and 8 bytes here keep the slot lws allocates in a
-  // smaller malloc size class (docs/PERFORMANCE.md).
-  std::unique_ptr<const Uuid> previous_boot_id;
-  const Uuid& previous_boot() const noexcept {
-    static constexpr Uuid kNone{};
-    return previous_boot_id ? *previous_boot_id : kNone;
-  }
   // Interned by the registry: a fleet shares a handful of versions, kind sets and label sets.
   const std::string* agent_version = nullptr;
   const std::vector<std::string>* kinds = nullptr;  // sorted
   const LabelList* labels = nullptr;
-  // What the rig's token granted (--rig-token), set by the transport before
-  // on_open; null when it presented none (or tokens are off).
-  std::unique_ptr<RigGrant> grant;
+  // The grant, the backlog and the previous boot (RigSessionExtras): through the accessors below.
+  std::unique_ptr<RigSessionExtras> extras;
 
   FrameAssembler assembler;
   Outbox outbox;
-  // Commands waiting for room in the outbox, in order (a reconnect after many
-  // were held): null while there are none.
-  std::unique_ptr<std::deque<CommandView*>> backlog;
   KeepaliveState keepalive;
   RateLimiter rate_limit;            // inbound frames per second
 
@@ -84,11 +85,38 @@ struct RigSession {
   bool awaiting_probe = false;       // its HELLO waits for the probe of the rig's other connection (bounded by the pong timeout)
   bool rx_paused = false;            // reading stopped by the inbound rate limit
   OutboundFlags outbound;
+
+  const RigGrant* grant() const noexcept { return extras ? extras->grant.get() : nullptr; }
+  void set_grant(std::unique_ptr<RigGrant> g) {
+    if (g || extras) more().grant = std::move(g);
+  }
+  // The commands held back (null: none).
+  std::deque<CommandView*>* backlog() const noexcept { return extras ? extras->backlog.get() : nullptr; }
+  // The backlog, made if there was none.
+  std::deque<CommandView*>& backlog_to_fill() {
+    RigSessionExtras& e = more();
+    if (!e.backlog) e.backlog = std::make_unique<std::deque<CommandView*>>();
+    return *e.backlog;
+  }
+  void drop_backlog() noexcept {
+    if (extras) extras->backlog.reset();
+  }
+  const Uuid& previous_boot() const noexcept {
+    static constexpr Uuid kNone{};
+    return extras ? extras->previous_boot_id : kNone;
+  }
+  void set_previous_boot(const Uuid& boot) { more().previous_boot_id = boot; }
+
+ private:
+  RigSessionExtras& more() {
+    if (!extras) extras = std::make_unique<RigSessionExtras>();
+    return *extras;
+  }
 };
 
 // One per connected rig, inside lws's per-connection allocation together with a
-// 4-byte mark (net/rig_protocol.cpp): 248 bytes keep the two in malloc's 256-byte
-// size class; 264 put them in the 320-byte one (docs/PERFORMANCE.md).
-static_assert(sizeof(RigSession) <= 248, "RigSession grew past 248 bytes: the rig slot leaves its size class");
+// 4-byte mark (net/rig_protocol.cpp): 216 bytes keep the two in malloc's 224-byte
+// size class; it was 264, the 320-byte one (docs/PERFORMANCE.md).
+static_assert(sizeof(RigSession) <= 216, "RigSession grew past 216 bytes: the rig slot leaves its size class");
 
 }  // namespace fleetlink::broker
