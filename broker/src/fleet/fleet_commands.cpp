@@ -431,12 +431,12 @@ EnqueueOutcome FleetCore::enqueue(CommandRequest req) {
   const std::vector<std::string>* kinds = s ? s->kinds : known ? &offline->second.kinds : nullptr;
   if (kinds && !kinds->empty() && std::find(kinds->begin(), kinds->end(), req.kind) == kinds->end())
     return fail(EnqueueError::unsupported_kind, "rig " + req.rig_id + " does not run '" + req.kind + "'");
-  if (s && !kind_granted(s->grant.get(), req.kind))
+  if (s && !kind_granted(s->grant(), req.kind))
     return fail(EnqueueError::kind_not_allowed,
                 "rig " + req.rig_id + "'s token does not allow '" + req.kind + "' (its fleetlink_kinds)");
   const std::uint64_t now = clock_.wall_ms();
   if (s) {
-    const std::size_t waiting = s->outbox.size() + (s->backlog ? s->backlog->size() : 0);
+    const std::size_t waiting = s->outbox.size() + (s->backlog() ? s->backlog()->size() : 0);
     if (waiting >= settings_.outbox_capacity) {
       EnqueueFailure f;
       f.error = EnqueueError::rig_unresponsive;
@@ -476,14 +476,14 @@ EnqueueOutcome FleetCore::enqueue(CommandRequest req) {
   uncommitted_.push_back(*CmdKey::of(placed->cmd_id));  // placed: its id fits (insert checked)
   EnqueueOk ok{placed->cmd_id, placed->rig_id, 0, CommandState::queued, false, s == nullptr, placed->deliver_by_ms};
   if (s) {
-    if (!s->backlog || s->backlog->empty()) {
+    if (!s->backlog() || s->backlog()->empty()) {
       std::uint64_t seq = 0;
       (void)s->outbox.enqueue(placed->cmd_id, now, settings_.outbox_capacity, &seq);
       s->outbox.set_view(seq, placed);
       placed->in_outbox = true;
       ok.seq = seq;
     } else {
-      s->backlog->push_back(placed);
+      s->backlog_to_fill().push_back(placed);
     }
     observer_.command_enqueued(*s, *placed, s->outbox.size());
   }
@@ -535,13 +535,12 @@ void FleetCore::deliver_known(RigSession& s) {
     switch (v->state) {
       case CommandState::queued:
       case CommandState::sent:
-        if (!kind_granted(s.grant.get(), v->kind)) {
+        if (!kind_granted(s.grant(), v->kind)) {
           // Held while the rig was away, and its token now does not allow it: never sent.
           end(*v, CommandState::rejected, "kind_not_allowed: rig " + s.rig_id + "'s token does not allow '" + v->kind + "'");
           break;
         }
-        if (!s.backlog) s.backlog = std::make_unique<std::deque<CommandView*>>();
-        s.backlog->push_back(v);
+        s.backlog_to_fill().push_back(v);
         break;
       case CommandState::acked:
       case CommandState::running:
@@ -550,8 +549,7 @@ void FleetCore::deliver_known(RigSession& s) {
         } else if (v->acked_boot_id == boot) {
           // The same agent process: sent again, its dedup answers with the result a
           // broker crash may have lost (or the result comes when it finishes).
-          if (!s.backlog) s.backlog = std::make_unique<std::deque<CommandView*>>();
-          s.backlog->push_back(v);
+          s.backlog_to_fill().push_back(v);
         } else {
           // A new process: it reports what its old one left (a spooled RESULT, or
           // interrupted) after WELCOME; what it does not report was interrupted.
@@ -566,12 +564,13 @@ void FleetCore::deliver_known(RigSession& s) {
 }
 
 void FleetCore::fill_outbox(RigSession& s) {
-  if (!s.backlog) return;
+  std::deque<CommandView*>* backlog = s.backlog();
+  if (!backlog) return;
   const std::uint64_t now = clock_.wall_ms();
   bool added = false;
-  while (!s.backlog->empty() && s.outbox.size() < settings_.outbox_capacity) {
-    CommandView* v = s.backlog->front();
-    s.backlog->pop_front();
+  while (!backlog->empty() && s.outbox.size() < settings_.outbox_capacity) {
+    CommandView* v = backlog->front();
+    backlog->pop_front();
     if (is_final(v->state) || v->in_outbox) continue;
     std::uint64_t seq = 0;
     (void)s.outbox.enqueue(v->cmd_id, now, settings_.outbox_capacity, &seq);
@@ -579,7 +578,7 @@ void FleetCore::fill_outbox(RigSession& s) {
     v->in_outbox = true;
     added = true;
   }
-  if (s.backlog->empty()) s.backlog.reset();
+  if (backlog->empty()) s.drop_backlog();
   if (added) transport_.write_soon(s);
 }
 
@@ -588,7 +587,7 @@ void FleetCore::withdraw(CommandView& v) {
   if (!s) return;
   if (v.in_outbox) s->outbox.settle_cmd(v.cmd_id);
   v.in_outbox = false;
-  if (s->backlog) std::erase(*s->backlog, &v);
+  if (s->backlog()) std::erase(*s->backlog(), &v);
 }
 
 bool FleetCore::queue_cancel(RigSession& s, CommandView& v) {

@@ -129,7 +129,7 @@ void FleetCore::unregister(RigSession& s, std::string_view why) {
   }
   // What this connection did not get acknowledged waits for the rig's next one
   // (same cmd_id, a new seq): never lost because a socket closed.
-  if (s.backlog) s.backlog.reset();
+  s.drop_backlog();
   if (s.outbox.size() == 0) return;
   for (OutboxEntry& e : s.outbox.take_all()) {
     if (CommandView* v = e.view ? e.view : commands_.find(e.cmd_id)) lifecycle::unsent(*v);
@@ -330,7 +330,7 @@ void FleetCore::sweep_one(RigSession& s, std::uint32_t now, bool refresh) {
     return;
   }
   if (s.phase != SessionPhase::live) return;
-  if (s.grant && s.grant->expires_at_ms != 0 && clock_.wall_ms() >= s.grant->expires_at_ms) {
+  if (const RigGrant* g = s.grant(); g && g->expires_at_ms != 0 && clock_.wall_ms() >= g->expires_at_ms) {
     // Its grant ends with its token: the rig comes back with its renewed one.
     close_session(s, CloseCode::identity_mismatch, "rig token expired: reconnect with a renewed one");
     return;
@@ -452,7 +452,7 @@ RigView FleetCore::view_of(const RigSession& s) const {
   r.last_ack_seq = s.outbox.last_ack_seq();
   r.last_ack_at_ms = s.outbox.last_ack_at_ms();
   r.next_seq = s.outbox.next_seq();
-  r.held = s.backlog ? s.backlog->size() : 0;
+  r.held = s.backlog() ? s.backlog()->size() : 0;
   r.outbox_depth = s.outbox.size() + r.held;
   r.unsent = s.outbox.unsent();
   r.outbox_capacity = settings_.outbox_capacity;

@@ -16,7 +16,7 @@ void FleetCore::on_ack(RigSession& s, const msg::Ack& ack) {
   s.outbox.record_ack(ack.seq, now);
   if (CommandView* v = entry->view ? entry->view : commands_.find(entry->cmd_id)) {
     v->in_outbox = false;
-    const Uuid& boot = lifecycle::accepting_boot(*v, ack.duplicate, s.boot_id, s.previous_boot_id);
+    const Uuid& boot = lifecycle::accepting_boot(*v, ack.duplicate, s.boot_id, s.previous_boot());
     if (v->acked_boot_id.size() != 36 || parse_uuid(v->acked_boot_id) != boot) v->acked_boot_id = boot.to_string();
     lifecycle::acked(*v, ack, v->acked_boot_id, now);
     record(*v);

@@ -32,7 +32,7 @@ void FleetCore::on_hello(RigSession& s, msg::Hello hello) {
     existing = ExistingConnection{old->boot_id.to_string(), old->phase == SessionPhase::closing, old->keepalive.missed};
   HelloDecision d = decide_hello(hello, identity, existing);
   if (d.verdict == HelloVerdict::accept || d.verdict == HelloVerdict::supersede_existing)
-    if (std::optional<std::string> token = token_problem(settings_.rig_token, s.grant.get(), hello.rig_id))
+    if (std::optional<std::string> token = token_problem(settings_.rig_token, s.grant(), hello.rig_id))
       d = {HelloVerdict::reject_identity, std::move(*token)};
   if (d.verdict == HelloVerdict::supersede_existing && old) {
     // The old connection goes first, so that its claim is released before the new one.
@@ -265,7 +265,10 @@ void FleetCore::admit(RigSession& s, PendingHello& p) {
   std::string previous = p.previous_boot;
   if (const auto seen = offline_.find(s.rig_id); previous.empty() && seen != offline_.end())
     previous = seen->second.boot_id;
-  if (previous != boot_id) s.previous_boot_id = parse_uuid(previous).value_or(Uuid{});
+  if (previous != boot_id) {
+    const Uuid before = parse_uuid(previous).value_or(Uuid{});
+    if (before != Uuid{} || s.extras) s.set_previous_boot(before);  // none yet: zero is the default
+  }
   s.phase = SessionPhase::live;
   s.keepalive.start(clock_.mono_ms(), settings_.keepalive);
   s.outbound.welcome = true;

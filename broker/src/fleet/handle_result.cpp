@@ -31,9 +31,9 @@ void FleetCore::on_result(RigSession& s, msg::Result result) {
     s.outbox.settle_cmd(v->cmd_id);
     v->in_outbox = false;
   }
-  if (s.backlog) std::erase(*s.backlog, v);
+  if (s.backlog()) std::erase(*s.backlog(), v);
   if (v->acked_boot_id.empty())
-    v->acked_boot_id = lifecycle::accepting_boot(*v, true, s.boot_id, s.previous_boot_id).to_string();
+    v->acked_boot_id = lifecycle::accepting_boot(*v, true, s.boot_id, s.previous_boot()).to_string();
   const std::uint64_t dropped_before = result.dropped_bytes;
   const lifecycle::ResultEffect effect = lifecycle::result(commands_, *v, std::move(result), clock_.wall_ms());
   if (effect.lost_bytes > 0) observer_.output_lost(s, *v, effect.lost_bytes, dropped_before);

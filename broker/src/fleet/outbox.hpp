@@ -7,6 +7,7 @@
 // Memory: empty until the first command (a vector growing on demand), so an
 // idle rig costs only the members below.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,7 +43,7 @@ class Outbox {
   // Oldest entry not yet written, or nullptr.
   const OutboxEntry* next_unsent() const noexcept;
   void mark_sent(std::uint64_t seq, std::uint64_t now_ms) noexcept;
-  bool has_unsent() const noexcept { return unsent_ < entries_.size(); }
+  bool has_unsent() const noexcept { return unsent_ < size(); }
 
   // Remove the entry for seq (ACK or NACK). Returns it when it was there and
   // its cmd_id matches (an empty cmd_id matches any).
@@ -54,16 +55,18 @@ class Outbox {
   // Everything still here (the connection ended): these commands are lost.
   std::vector<OutboxEntry> take_all();
 
-  std::size_t size() const noexcept { return entries_.size(); }
-  std::size_t unsent() const noexcept { return entries_.size() - unsent_; }
-  const std::vector<OutboxEntry>& entries() const noexcept { return entries_; }
+  std::size_t size() const noexcept { return entries_ ? entries_->size() : 0; }
+  std::size_t unsent() const noexcept { return size() - unsent_; }
+  const std::vector<OutboxEntry>& entries() const noexcept;
   std::uint64_t last_ack_seq() const noexcept { return last_ack_seq_; }
   std::optional<std::uint64_t> last_ack_at_ms() const noexcept {
     return last_ack_at_ms_ ? std::optional<std::uint64_t>(last_ack_at_ms_) : std::nullopt;
   }
 
  private:
-  std::vector<OutboxEntry> entries_;   // seq order
+  // Seq order; null while empty: an idle rig's outbox is 8 bytes, not a vector's 24
+  // (RigSession's size class, docs/PERFORMANCE.md).
+  std::unique_ptr<std::vector<OutboxEntry>> entries_;
   std::uint64_t next_seq_ = 1;
   std::uint64_t last_ack_seq_ = 0;
   std::uint64_t last_ack_at_ms_ = 0;

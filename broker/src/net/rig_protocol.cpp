@@ -20,12 +20,15 @@ namespace {
 
 // What lws allocates per rig connection (zeroed): the session, constructed at
 // ESTABLISHED, and a mark that it was, so that callbacks before or after find none.
+// The mark goes after the session, in what would otherwise be the allocation's
+// tail padding: 216 + 4 bytes fit malloc's 224-byte size class (docs/PERFORMANCE.md).
 struct RigSlot {
   static constexpr std::uint32_t kMagic = 0xF1EE7C0Au;
-  std::uint32_t magic;
   alignas(RigSession) unsigned char storage[sizeof(RigSession)];
+  std::uint32_t magic;
   RigSession* session() noexcept { return std::launder(reinterpret_cast<RigSession*>(storage)); }
 };
+static_assert(sizeof(RigSlot) <= 224, "the rig slot left malloc's 224-byte size class");
 
 RigSession* session_of(void* user) {
   auto* slot = static_cast<RigSlot*>(user);
@@ -218,9 +221,9 @@ void RigProtocol::open_session(lws* wsi, void* user) {
     // Whether session tickets work (--tls-ticket-key-file): after a restart nearly every rig should resume.
     observer_.tls_established(SSL_session_reused(ssl) != 0);
   }
-  if (tokens_) s->grant = grant_of(wsi, *tokens_);
+  if (tokens_) s->set_grant(grant_of(wsi, *tokens_));
   FL_DEBUG("connection open peer=%s%s%s", peer_of(wsi).c_str(), tls ? "" : " (plain ws)",
-           !s->grant ? "" : s->grant->problem.empty() ? " (token)" : " (refused token)");
+           !s->grant() ? "" : s->grant()->problem.empty() ? " (token)" : " (refused token)");
   core_->on_open(*s);
   // A handshake that straddled a reload (verified, or its ticket issued, under the
   // trust before it) is not among the connections the reload re-checks: check it here.

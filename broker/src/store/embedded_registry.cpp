@@ -54,7 +54,7 @@ ClaimResult EmbeddedRegistry::claim_now(std::string_view rig_id, std::string_vie
 
 RefreshResult EmbeddedRegistry::refresh_now(std::string_view rig_id, std::string_view boot_id,
                                             std::string_view broker_id, std::uint64_t now_ms) {
-  auto it = entries_.find(std::string(rig_id));
+  auto it = entries_.find(rig_id);
   if (it == entries_.end() || now_ms >= it->second.expires_ms) {
     // Gone (or expired): the connection is alive, and a newer boot would have left its own entry.
     const ClaimResult c = claim_now(rig_id, boot_id, broker_id, true, now_ms);
@@ -69,13 +69,13 @@ RefreshResult EmbeddedRegistry::refresh_now(std::string_view rig_id, std::string
 
 void EmbeddedRegistry::release(std::string_view rig_id, std::string_view boot_id,
                                std::string_view broker_id) {
-  auto it = entries_.find(std::string(rig_id));
+  auto it = entries_.find(rig_id);
   if (it != entries_.end() && it->second.boot_id() == boot_id && brokers_[it->second.broker] == broker_id)
     entries_.erase(it);
 }
 
 std::optional<RegistryEntry> EmbeddedRegistry::lookup_now(std::string_view rig_id, std::uint64_t now_ms) const {
-  auto it = entries_.find(std::string(rig_id));
+  auto it = entries_.find(rig_id);
   if (it == entries_.end() || now_ms >= it->second.expires_ms) return std::nullopt;
   return RegistryEntry{std::string(it->second.boot_id()), brokers_[it->second.broker]};
 }

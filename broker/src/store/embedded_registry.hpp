@@ -7,6 +7,7 @@
 #include <vector>
 #include <unordered_map>
 
+#include "fleet/string_hash.hpp"
 #include "store/registry_backend.hpp"
 
 namespace fleetlink::broker {
@@ -51,7 +52,10 @@ class EmbeddedRegistry final : public RegistryBackend {
   };
   std::uint32_t broker_index(std::string_view broker_id);
   std::uint64_t ttl_ms_;
-  std::unordered_map<std::string, Slot> entries_;
+  // TransparentStringHash (noexcept, not std::hash): no hash cached in the
+  // nodes, 96 bytes a rig instead of 104 (malloc's 96-byte size class, not
+  // 112), and lookups by string_view build no std::string.
+  std::unordered_map<std::string, Slot, TransparentStringHash, std::equal_to<>> entries_;
   std::vector<std::string> brokers_;
 };
 

@@ -31,7 +31,7 @@ FleetSettings with_tokens(RigTokenMode m) {
 // A connection with this grant (null: no token) says HELLO for rig_id.
 RigSession& hello_with(CoreFixture& f, const std::string& rig_id, std::unique_ptr<RigGrant> g) {
   RigSession& s = f.connect();
-  s.grant = std::move(g);
+  s.set_grant(std::move(g));
   f.send(s, CoreFixture::hello_for(rig_id, uuid_v7().to_string()));
   return s;
 }
