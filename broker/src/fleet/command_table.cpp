@@ -12,19 +12,32 @@ void CommandTable::index(CommandView& v) {
   if (!v.idempotency_key.empty()) by_key_[v.idempotency_key] = &v;
   if (is_final(v.state)) return;
   auto it = open_.find(std::string_view(v.rig_id));
-  if (it == open_.end()) it = open_.emplace(v.rig_id, std::vector<CommandView*>{}).first;
-  it->second.push_back(&v);
+  if (it == open_.end()) it = open_.emplace(v.rig_id, OpenList{}).first;
+  OpenList& open = it->second;
+  if (open.commands.empty()) {
+    open.busy_at = busy_.size();
+    busy_.push_back(&*it);
+  }
+  open.commands.push_back(&v);
   ++open_count_;
 }
 
 void CommandTable::unindex_open(const CommandView& v) {
   const auto it = open_.find(std::string_view(v.rig_id));
   if (it == open_.end()) return;
-  std::vector<CommandView*>& list = it->second;
+  OpenList& open = it->second;
+  std::vector<CommandView*>& list = open.commands;
   const auto pos = std::find(list.begin(), list.end(), &v);
   if (pos == list.end()) return;
   list.erase(pos);
   --open_count_;
+  if (list.empty() && open.busy_at != kNotBusy) {
+    OpenEntry* last = busy_.back();
+    busy_[open.busy_at] = last;
+    last->second.busy_at = open.busy_at;
+    busy_.pop_back();
+    open.busy_at = kNotBusy;
+  }
   // An emptied list stays (a rig that had commands will have more): a fan-out to
   // every rig does not allocate and free one per rig each time.
 }
@@ -80,7 +93,7 @@ CommandView* CommandTable::find_by_key(std::string_view idempotency_key) {
 
 const std::vector<CommandView*>& CommandTable::open_of(std::string_view rig_id) const {
   const auto it = open_.find(rig_id);
-  return it == open_.end() ? kNone : it->second;
+  return it == open_.end() ? kNone : it->second.commands;
 }
 
 void CommandTable::erase(std::string_view cmd_id) {

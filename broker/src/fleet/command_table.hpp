@@ -62,10 +62,12 @@ class CommandTable {
   CommandView* find_by_key(std::string_view idempotency_key);
   // The rig's commands not in a final state, oldest first (empty: none).
   const std::vector<CommandView*>& open_of(std::string_view rig_id) const;
-  // Every rig with open commands.
+  // Every rig with open commands (not the rigs whose lists are empty now: a
+  // deadline scan a few times a second must not walk every rig that ever had a
+  // command). visit must not change the table.
   template <typename F>
   void for_each_open_rig(F&& visit) const {
-    for (const auto& [rig, list] : open_) visit(std::string_view(rig), list);
+    for (const OpenEntry* e : busy_) visit(std::string_view(e->first), e->second.commands);
   }
   template <typename F>
   void for_each(F&& visit) const {
@@ -87,7 +89,17 @@ class CommandTable {
   std::size_t capacity_;
   std::unordered_map<CmdKey, CommandView, CmdKeyHash> by_id_;
   std::deque<CmdKey> finished_;  // finish order: what evict() removes first
-  std::unordered_map<std::string, std::vector<CommandView*>, TransparentStringHash, std::equal_to<>> open_;
+  struct OpenList {
+    std::vector<CommandView*> commands;
+    std::size_t busy_at = kNotBusy;  // its place in busy_ while commands is not empty
+  };
+  static constexpr std::size_t kNotBusy = static_cast<std::size_t>(-1);
+  using OpenMap = std::unordered_map<std::string, OpenList, TransparentStringHash, std::equal_to<>>;
+  using OpenEntry = OpenMap::value_type;
+  OpenMap open_;
+  // The entries of open_ whose lists are not empty, in no order (an entry is
+  // never erased from open_, so the pointers stay valid).
+  std::vector<OpenEntry*> busy_;
   std::unordered_map<std::string, CommandView*, TransparentStringHash, std::equal_to<>> by_key_;
   std::size_t open_count_ = 0;
 };

@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -182,4 +183,41 @@ TEST_CASE("command table: ids up to 40 bytes are kept inline; longer ones are no
   CHECK(t.insert(too_long) == nullptr);
   CHECK(t.find(std::string(41, 'x')) == nullptr);
   CHECK(t.size() == 1);
+}
+
+TEST_CASE("command table: the open-rig walk visits only rigs with open commands") {
+  CommandTable t(10);
+  auto add = [&](const std::string& id, const std::string& rig) {
+    CommandView v;
+    v.cmd_id = id;
+    v.rig_id = rig;
+    v.state = CommandState::sent;
+    return t.insert(v);
+  };
+  auto visited = [&] {
+    std::map<std::string, std::size_t> seen;
+    t.for_each_open_rig([&](std::string_view rig, const std::vector<CommandView*>& open) {
+      CHECK_FALSE(open.empty());
+      CHECK(seen.emplace(std::string(rig), open.size()).second);  // each rig once
+    });
+    return seen;
+  };
+  add("a", "rig-1");
+  add("b", "rig-2");
+  add("c", "rig-3");
+  add("d", "rig-1");
+  CHECK(visited() == std::map<std::string, std::size_t>{{"rig-1", 2}, {"rig-2", 1}, {"rig-3", 1}});
+  t.finish(*t.find("b"), CommandState::succeeded);  // rig-2 empties: no longer visited
+  CHECK(visited() == std::map<std::string, std::size_t>{{"rig-1", 2}, {"rig-3", 1}});
+  t.finish(*t.find("a"), CommandState::succeeded);
+  t.erase("c");
+  CHECK(visited() == std::map<std::string, std::size_t>{{"rig-1", 1}});
+  add("e", "rig-2");  // its emptied list fills again: visited again
+  add("f", "rig-3");
+  t.finish(*t.find("d"), CommandState::failed);
+  CHECK(visited() == std::map<std::string, std::size_t>{{"rig-2", 1}, {"rig-3", 1}});
+  t.finish(*t.find("e"), CommandState::succeeded);
+  t.finish(*t.find("f"), CommandState::succeeded);
+  CHECK(visited().empty());
+  CHECK(t.open_count() == 0);
 }
