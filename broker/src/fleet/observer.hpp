@@ -27,7 +27,12 @@ struct OutboxEntry;
 class PeerAddress {
  public:
   PeerAddress(const RigTransport& transport, const RigSession& s) noexcept : transport_(&transport), session_(&s) {}
-  std::string text() const { return transport_->peer_address(*session_); }
+  // Asked when the line is written, which for a HELLO refused after a probe or a
+  // claim may be after the peer has gone: then the line says so.
+  std::string text() const {
+    std::string address = transport_->peer_address(*session_);
+    return address.empty() ? std::string("(gone)") : address;
+  }
 
  private:
   const RigTransport* transport_;

@@ -21,7 +21,10 @@ class RigTransport {
   virtual void write_soon(RigSession& s) = 0;
   // The same, but written at once when nothing is buffered for the socket: one
   // send() where waiting for writability costs two epoll_ctl() and a loop turn.
-  // Never from inside this session's own input handling.
+  // It may be called from inside this session's own input handling (the WELCOME
+  // answers a HELLO from its receive callback): lws 4.1.6 keeps what the socket
+  // does not take and sends it before the next writeable callback, and a failed
+  // write closes the connection asynchronously, after the callback returns.
   virtual void write_now(RigSession& s) = 0;
   // Close with a code and a reason (a close frame first, then the socket). The
   // core has already forgotten the session's registration; on_closed follows.

@@ -303,8 +303,10 @@ void RigProtocol::write_now(RigSession& s) {
   }
   observer_.written_directly();
   if (write_next(s) != WriteStatus::written) {
-    // Not inside this connection's callback: it cannot return -1, so lws is
-    // asked to drop it (its commands become lost, as for any broken connection).
+    // Possibly called from another connection's callback (or from this one's
+    // receive, for a WELCOME), which cannot return -1 for it: lws is asked to
+    // drop it asynchronously (what it had not acknowledged waits for its next
+    // connection, as for any broken one).
     observer_.write_failed(s);
     lws_set_timeout(wsi, PENDING_TIMEOUT_KILLED_BY_PARENT, LWS_TO_KILL_ASYNC);
   }

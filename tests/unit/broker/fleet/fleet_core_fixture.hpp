@@ -51,7 +51,8 @@ struct FakeTransport final : RigTransport {
   void pause_reading(RigSession& s) override { paused.push_back(&s); }
   void resume_reading(RigSession& s) override { resumed.push_back(&s); }
   void stop_accepting() override { stopped_accepting = true; }
-  std::string peer_address(const RigSession&) const override { return "127.0.0.1:40000"; }
+  std::string peer = "127.0.0.1:40000";  // "" as getpeername() gives for a peer that left
+  std::string peer_address(const RigSession&) const override { return peer; }
   std::optional<CertIdentity> peer_identity(const RigSession& s) const override {
     const auto it = identities.find(&s);
     if (it == identities.end()) return std::nullopt;

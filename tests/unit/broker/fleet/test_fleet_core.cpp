@@ -41,6 +41,15 @@ TEST_CASE("hello: accepted, registered, WELCOMEd first") {
   CHECK(f.log.events[0].detail == boot);
 }
 
+TEST_CASE("observer: a peer address is asked when its line is written, and a peer that left reads (gone)") {
+  testing::FakeTransport transport;
+  RigSession s(nullptr, false, 10.0, 0, 0);
+  const PeerAddress peer(transport, s);
+  CHECK(peer.text() == "127.0.0.1:40000");
+  transport.peer.clear();
+  CHECK(peer.text() == "(gone)");
+}
+
 TEST_CASE("hello: a HELLO that fails validation is closed 4400") {
   CoreFixture f;
   RigSession& s = f.connect();
