@@ -2,6 +2,7 @@
 keep-alive, error answers, auth, SSE, the dashboard page, and drain."""
 import http.client
 import json
+import os
 import re
 import signal
 import socket
@@ -27,6 +28,24 @@ def open_events(broker, query=""):
     sock = socket.create_connection((broker.control_host, broker.control_port), timeout=10)
     sock.sendall(f"GET /v1/events{query} HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n".encode())
     return sock
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def close_wait_sockets(port):
+    """Sockets on this local port whose peer hung up and that nobody closed (CLOSE_WAIT)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                local, _, state = line.split()[1:4]
+                if int(local.rsplit(":", 1)[1], 16) == port and state == "08":
+                    count += 1
+    return count
 
 
 def read_until(sock, marker, timeout=10.0):
@@ -228,6 +247,41 @@ class TestControlApi(harness.LabTestCase):
         status, body = broker.api("GET", "/v1/events?types=command_acked,nonsense")
         self.assertEqual(status, 400)
         self.assertIn("nonsense", body["detail"])
+
+    def test_clients_that_hang_up_are_let_go(self):
+        # lws does not read a connection whose answer is still open, yet keeps
+        # polling it: a client that left an event stream or a held POST used
+        # to spin the broker at 100% CPU until a heartbeat's write failed.
+        broker = self.lab.broker()
+        rig = self.lab.agent("rig-a", broker)
+        broker.wait_rigs(["rig-a"])
+        rig.stop()
+        broker.wait_rig_gone("rig-a")
+
+        stream = open_events(broker)
+        self.assertIn(b"200 OK", stream.recv(4096))
+        held = socket.create_connection((broker.control_host, broker.control_port), timeout=10)
+        body = json.dumps({"kind": "dmesg", "args": {"lines": 1}}).encode()
+        held.sendall(b"POST /v1/rigs/rig-a/commands?wait=acked&timeout_ms=60000 HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode() +
+                     b"\r\n\r\n" + body)
+        time.sleep(0.5)  # held: its rig is offline
+        held.setblocking(False)
+        with self.assertRaises(BlockingIOError):
+            held.recv(1)
+        stream.close()
+        held.close()
+
+        harness.wait_for(lambda: close_wait_sockets(broker.control_port) == 0, timeout=5,
+                         what="the broker closed the connections of the clients that left")
+        before = cpu_seconds(broker.pid)
+        time.sleep(1.0)
+        self.assertLess(cpu_seconds(broker.pid) - before, 0.3, "the broker spins after clients left")
+        # The held command goes on: it waits for its rig.
+        self.assertEqual(broker.api("GET", "/readyz"), (200, {"ready": True}))
+        status, listed = broker.api("GET", "/v1/commands?rig=rig-a")
+        self.assertEqual(status, 200)
+        self.assertEqual([c["state"] for c in listed["commands"]], ["queued"])
 
     def test_dashboard_page(self):
         broker = self.lab.broker()

@@ -57,6 +57,7 @@ int start_event_stream(Transaction* tx, const HttpResponse& r) {
                                             : bus.subscribe_command(r.event_cmd_id, std::move(sink));
   tx->subscribed = true;
   state->streams.insert(tx);
+  watch_for_hangups(state);
   lws_set_timer_usecs(tx->wsi, kSseHeartbeatUs);
   request_write(tx);
   return 0;

@@ -190,6 +190,14 @@ struct TurnFlush {
   std::vector<StreamSession*> sessions;  // control streams likewise
 };
 
+// Looks at the connections of the held POSTs and event streams ten times a
+// second for clients that went away (hangup_watch.cpp).
+struct HangupWatch {
+  lws_sorted_usec_list_t sul;  // must stay first
+  ControlState* state = nullptr;
+  bool scheduled = false;
+};
+
 // One per control vhost, reached through the vhost's per-protocol private data
 // (control_vhost.cpp).
 struct ControlState {
@@ -212,6 +220,7 @@ struct ControlState {
   JobPump pump;
   JobTick tick;
   TurnFlush flush;
+  HangupWatch hangup_watch;
   std::vector<std::string> finished_cmds;  // from the sink, for the pump
   std::uint64_t job_subscription = 0;
   bool job_subscribed = false;
@@ -231,6 +240,26 @@ void flush_at_end_of_turn(Transaction* tx);
 void flush_at_end_of_turn(StreamSession* s);
 void cancel_end_of_turn_flush(Transaction* tx);
 void cancel_end_of_turn_flush(StreamSession* s);
+
+// ---- hangup_watch.cpp ----
+// lws 4.1.6 does not read a connection whose HTTP transaction is still open
+// (an answer held or streamed) yet keeps it in the poll set, level-triggered:
+// a client that hangs up then, or sends anything, turns the event loop into a
+// busy loop until the answer ends (for an event stream: until a heartbeat's
+// write fails, 15 s or more). lws 4.1.6 cannot pause the reading of such a
+// connection either (a flow-controlled HTTP connection is never given its
+// POLLOUT). So the held POSTs and event streams (state->streams) are looked
+// at ten times a second: one whose client became readable (its FIN, a reset,
+// a TLS close_notify, or another request) is ended now, a held POST answered
+// with the state its command reached (its audit line written), an event
+// stream closed. The loop spins for at most that tenth of a second.
+enum class PeerLook : std::uint8_t { quiet, readable };
+// Whether the client at the other end of `fd` sent anything, a hang-up
+// included, that lws has not read; nothing is read.
+PeerLook look_at_peer(int fd);
+// A transaction joined state->streams.
+void watch_for_hangups(ControlState* state);
+void cancel_hangup_watch(ControlState* state);
 
 // ---- control_http.cpp ----
 int callback_control(lws* wsi, lws_callback_reasons reason, void* user, void* in, std::size_t len);

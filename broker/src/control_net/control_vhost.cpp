@@ -170,6 +170,7 @@ void destroy_control_state(lws* wsi) {
   lws_sul_cancel(&state->pump.sul);
   lws_sul_cancel(&state->tick.sul);
   lws_sul_cancel(&state->flush.sul);
+  control_net::cancel_hangup_watch(state);
   delete state;
 }
 
@@ -239,6 +240,7 @@ fleetlink::Expected<lws_vhost*> create_control_vhost(lws_context* context,
   state->pump.state = state;
   state->tick.state = state;
   state->flush.state = state;
+  state->hangup_watch.state = state;
 
   lws_context_creation_info info;
   std::memset(&info, 0, sizeof info);
@@ -309,6 +311,7 @@ void shutdown_control_api(lws_vhost* vhost) {
   state->tick.scheduled = false;
   lws_sul_cancel(&state->flush.sul);
   state->flush.scheduled = false;
+  control_net::cancel_hangup_watch(state);
   state->flush.streams.clear();
   for (control_net::StreamSession* s : state->flush.sessions) s->flush_pending = false;
   state->flush.sessions.clear();
