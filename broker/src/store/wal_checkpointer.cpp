@@ -5,6 +5,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <system_error>
 
 #include "common/log.hpp"
@@ -24,6 +27,31 @@ std::uint64_t file_size(const std::string& path) noexcept {
   return static_cast<std::uint64_t>(st.st_size);
 }
 
+// Gives an existing WAL file `bytes` of allocated, zero-filled space. While a
+// new WAL grows (the first busy minutes after a start: passive checkpoints
+// cannot catch up with commits that never pause, so the WAL is not restarted)
+// each commit extends the file, and on ext4 an extending write now and then
+// waits for the journal's commit: that was the round trip's p99 right after a
+// start (docs/PERFORMANCE.md finding 20). A write inside the file's size does
+// not. fallocate(2) without flags never changes data that is there, so another
+// broker appending frames meanwhile loses nothing, and SQLite reads a WAL only
+// up to its last valid frame: zeros past it are not frames.
+void preallocate_wal(const std::string& wal_path, std::uint64_t bytes) noexcept {
+  if (bytes == 0) return;
+  const int fd = ::open(wal_path.c_str(), O_RDWR | O_CLOEXEC);  // never creates it
+  if (fd < 0) return;
+  struct stat st{};
+  if (::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) < bytes) {
+    int rc = 0;
+    do {
+      rc = ::fallocate(fd, 0, 0, static_cast<off_t>(bytes));
+    } while (rc != 0 && errno == EINTR);
+    // Not possible here (a filesystem without fallocate, a full disk): the WAL grows as it used to.
+    if (rc != 0) FL_DEBUG("store: the WAL was not preallocated: %s", std::strerror(errno));
+  }
+  ::close(fd);
+}
+
 }  // namespace
 
 Expected<std::unique_ptr<WalCheckpointer>> WalCheckpointer::start(const std::string& db_path, Options options) {
@@ -35,6 +63,8 @@ Expected<std::unique_ptr<WalCheckpointer>> WalCheckpointer::start(const std::str
   // then a checkpoint is a no-op that reports -1 frames.
   if (auto r = sqlite::exec(db.get(), "SELECT 1 FROM sqlite_schema LIMIT 1"); !r)
     return make_error(Errc::io, "reading " + db_path + " for checkpoints: " + r.error().detail);
+  // Below the bound that cuts it back, or every round would cut it.
+  preallocate_wal(db_path + "-wal", std::min(options.preallocate_bytes, options.truncate_bytes / 2));
   // No busy handler on purpose: a checkpoint that would wait gives up at once.
   try {
     std::unique_ptr<WalCheckpointer> c(new WalCheckpointer(std::move(db), db_path, options));

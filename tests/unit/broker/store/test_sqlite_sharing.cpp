@@ -248,6 +248,31 @@ TEST_CASE("checkpoints: the WAL is copied into the file; over the bound it is cu
   CHECK(v);
 }
 
+TEST_CASE("checkpoints: the WAL starts with its working size allocated, below the bound that cuts it") {
+  TempDir tmp;
+  SqliteOptions o = quick_options();
+  o.wal_truncate_bytes = 64ULL << 20;
+  {
+    auto store = open_store(tmp.str(), o);
+    CHECK(wal_size(tmp) == (32u << 20));
+    for (int i = 0; i < 50; ++i)
+      store->put_command(command(id_at(kT0 + static_cast<std::uint64_t>(i)), "r", CommandState::queued), false);
+    REQUIRE(store->commit());
+    CHECK(wal_size(tmp) == (32u << 20));  // the frames went inside it
+    store->checkpoint_now();
+    CHECK(store->stats().checkpoint.truncates == 0);
+    CHECK(store->stats().checkpoint.failures == 0);
+  }
+  auto again = open_store(tmp.str(), o);
+  auto snap = again->load();
+  REQUIRE(snap);
+  CHECK(snap->open_commands.size() == 50);
+  TempDir small;
+  o.wal_truncate_bytes = 1 << 20;
+  auto bounded = open_store(small.str(), o);
+  CHECK(wal_size(small) == (512u << 10));  // half the bound
+}
+
 TEST_CASE("checkpoints: the thread runs on its own and stops with the store") {
   TempDir tmp;
   SqliteOptions o = quick_options();
@@ -363,6 +388,8 @@ TEST_CASE("kill -9: every committed write survives, the uncommitted ones are gon
   REQUIRE(::waitpid(child, &status, 0) == child);
   REQUIRE(WIFSIGNALED(status));
   CHECK(WTERMSIG(status) == SIGKILL);
+  // Its WAL had 32 MiB allocated at start: recovery reads the frames and stops at the zeros after them.
+  CHECK(wal_size(tmp) >= (32u << 20));
   auto store = open_store(tmp.str());
   auto snap = store->load();
   REQUIRE(snap);
