@@ -249,9 +249,11 @@ class TestControlApi(harness.LabTestCase):
         self.assertIn("nonsense", body["detail"])
 
     def test_clients_that_hang_up_are_let_go(self):
-        # lws does not read a connection whose answer is still open, yet keeps
-        # polling it: a client that left an event stream or a held POST used
-        # to spin the broker at 100% CPU until a heartbeat's write failed.
+        # lws does not read a connection whose answer to a bodiless request is
+        # still open (an event stream), yet keeps polling it: a client that left
+        # one used to spin the broker at 100% CPU until a heartbeat's write
+        # failed. A held POST (lws still reads it: it had a body) is closed by
+        # lws itself; it is here so that both kinds of open answer are covered.
         broker = self.lab.broker()
         rig = self.lab.agent("rig-a", broker)
         broker.wait_rigs(["rig-a"])

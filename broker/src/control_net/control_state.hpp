@@ -190,8 +190,8 @@ struct TurnFlush {
   std::vector<StreamSession*> sessions;  // control streams likewise
 };
 
-// Looks at the connections of the held POSTs and event streams ten times a
-// second for clients that went away (hangup_watch.cpp).
+// Looks at the connections of the event streams ten times a second for
+// clients that went away (hangup_watch.cpp).
 struct HangupWatch {
   lws_sorted_usec_list_t sul;  // must stay first
   ControlState* state = nullptr;
@@ -243,21 +243,22 @@ void cancel_end_of_turn_flush(StreamSession* s);
 
 // ---- hangup_watch.cpp ----
 // lws 4.1.6 does not read a connection whose HTTP transaction is still open
-// (an answer held or streamed) yet keeps it in the poll set, level-triggered:
-// a client that hangs up then, or sends anything, turns the event loop into a
-// busy loop until the answer ends (for an event stream: until a heartbeat's
-// write fails, 15 s or more). lws 4.1.6 cannot pause the reading of such a
-// connection either (a flow-controlled HTTP connection is never given its
-// POLLOUT). So the held POSTs and event streams (state->streams) are looked
-// at ten times a second: one whose client became readable (its FIN, a reset,
-// a TLS close_notify, or another request) is ended now, a held POST answered
-// with the state its command reached (its audit line written), an event
-// stream closed. The loop spins for at most that tenth of a second.
+// after a bodiless request (LRS_DOING_TRANSACTION: an event stream) yet keeps
+// it in the poll set, level-triggered: a client that hangs up, or sends
+// anything, turns the event loop into a busy loop until the answer ends (for an
+// event stream: until a heartbeat's write fails, 15 s or more). lws 4.1.6
+// cannot pause the reading of such a connection either (a flow-controlled HTTP
+// connection is never given its POLLOUT). So the event streams are looked at
+// ten times a second and one whose client became readable (its FIN, a reset, a
+// TLS close_notify, or any byte: an event stream's client has nothing more to
+// say) is closed: the loop spins for at most that tenth of a second. Bytes a
+// client sent in the same read as its request are in lws's buffer, not the
+// socket's, and are not seen: such a stream spins until it ends.
 enum class PeerLook : std::uint8_t { quiet, readable };
 // Whether the client at the other end of `fd` sent anything, a hang-up
 // included, that lws has not read; nothing is read.
 PeerLook look_at_peer(int fd);
-// A transaction joined state->streams.
+// A transaction joined state->streams (only its event streams are looked at).
 void watch_for_hangups(ControlState* state);
 void cancel_hangup_watch(ControlState* state);
 

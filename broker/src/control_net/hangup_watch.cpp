@@ -1,9 +1,8 @@
-// The held POSTs and event streams, looked at for clients that went away
-// (control_state.hpp says why lws does not tell us in time).
+// The event streams, looked at for clients that went away (control_state.hpp
+// says why lws does not tell us in time).
 #include <poll.h>
 
 #include <cerrno>
-#include <vector>
 
 #include "control_net/control_state.hpp"
 
@@ -12,29 +11,26 @@ namespace {
 
 constexpr lws_usec_t kLookEveryUs = LWS_US_PER_SEC / 10;
 
-// As at shutdown: a held POST is answered with what is known (the command goes
-// on), an event stream is closed, each from its own writeable callback.
-void end_early(Transaction* tx) {
-  if (tx->hold && !tx->hold->done) {
-    tx->hold->done = true;
-    lws_callback_on_writable(tx->wsi);
-  } else if (tx->sse && !tx->sse->closing) {
-    tx->sse->closing = true;
-    tx->sse->write_requested = true;
-    lws_callback_on_writable(tx->wsi);
-  }
+// Closed at once (its queued events are of no use to a client that left), not
+// from its writeable callback: a client that half-closed and stopped reading
+// would never make the socket writeable, and the loop would spin meanwhile.
+void close_stream(Transaction* tx) {
+  tx->sse->closing = true;
+  lws_set_timeout(tx->wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
 }
 
 void look_at_streams(lws_sorted_usec_list_t* sul) {
   auto* watch = reinterpret_cast<HangupWatch*>(sul);
   ControlState* state = watch->state;
   watch->scheduled = false;
-  std::vector<Transaction*> readable;
   for (Transaction* tx : state->streams) {
+    // A held POST is not looked at: lws is still reading its connection (its
+    // body made it LRS_BODY, not LRS_DOING_TRANSACTION) and closes it itself.
+    if (!tx->sse) continue;
     const int fd = lws_get_socket_fd(tx->wsi);
-    if (fd >= 0 && look_at_peer(fd) == PeerLook::readable) readable.push_back(tx);
+    // The close is asynchronous: the set stays as it is while it is walked.
+    if (fd >= 0 && look_at_peer(fd) == PeerLook::readable) close_stream(tx);
   }
-  for (Transaction* tx : readable) end_early(tx);  // only asks for callbacks: the set stays as it is
   watch_for_hangups(state);
 }
 
@@ -50,7 +46,8 @@ PeerLook look_at_peer(int fd) {
 }
 
 void watch_for_hangups(ControlState* state) {
-  if (state->hangup_watch.scheduled || state->context == nullptr || state->streams.empty()) return;
+  if (state->hangup_watch.scheduled || state->context == nullptr || !state->serving() || state->streams.empty())
+    return;
   state->hangup_watch.scheduled = true;
   lws_sul_schedule(state->context, 0, &state->hangup_watch.sul, look_at_streams, kLookEveryUs);
 }

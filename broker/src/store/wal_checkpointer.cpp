@@ -46,8 +46,10 @@ void preallocate_wal(const std::string& wal_path, std::uint64_t bytes) noexcept 
     do {
       rc = ::fallocate(fd, 0, 0, static_cast<off_t>(bytes));
     } while (rc != 0 && errno == EINTR);
-    // Not possible here (a filesystem without fallocate, a full disk): the WAL grows as it used to.
-    if (rc != 0) FL_DEBUG("store: the WAL was not preallocated: %s", std::strerror(errno));
+    // Not possible here: the WAL grows as it used to. A filesystem without
+    // fallocate is no news; a disk too full for it is.
+    if (rc != 0 && errno == EOPNOTSUPP) FL_DEBUG("store: the WAL was not preallocated: %s", std::strerror(errno));
+    else if (rc != 0) FL_WARN("store: the WAL could not be given its space up front: %s", std::strerror(errno));
   }
   ::close(fd);
 }
@@ -63,7 +65,8 @@ Expected<std::unique_ptr<WalCheckpointer>> WalCheckpointer::start(const std::str
   // then a checkpoint is a no-op that reports -1 frames.
   if (auto r = sqlite::exec(db.get(), "SELECT 1 FROM sqlite_schema LIMIT 1"); !r)
     return make_error(Errc::io, "reading " + db_path + " for checkpoints: " + r.error().detail);
-  // Below the bound that cuts it back, or every round would cut it.
+  // Below the bound that cuts it back, or every round would cut it. SQLite
+  // deletes the WAL only when its last connection closes: this one is open.
   preallocate_wal(db_path + "-wal", std::min(options.preallocate_bytes, options.truncate_bytes / 2));
   // No busy handler on purpose: a checkpoint that would wait gives up at once.
   try {
