@@ -177,7 +177,6 @@ int start_hold(Transaction* tx, HttpResponse r) {
       });
   tx->subscribed = true;
   state->streams.insert(tx);
-  watch_for_hangups(state);
   // It may have got that far already (while its record was being written).
   if (held_command_settled(tx->hold->command, *state->fleet)) return finish_hold(tx);
   // The wait may be longer than lws's own transaction timeouts.

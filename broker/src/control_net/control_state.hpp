@@ -254,11 +254,7 @@ void cancel_end_of_turn_flush(StreamSession* s);
 // say) is closed: the loop spins for at most that tenth of a second. Bytes a
 // client sent in the same read as its request are in lws's buffer, not the
 // socket's, and are not seen: such a stream spins until it ends.
-enum class PeerLook : std::uint8_t { quiet, readable };
-// Whether the client at the other end of `fd` sent anything, a hang-up
-// included, that lws has not read; nothing is read.
-PeerLook look_at_peer(int fd);
-// A transaction joined state->streams (only its event streams are looked at).
+// An event stream started: the watch runs while there is one.
 void watch_for_hangups(ControlState* state);
 void cancel_hangup_watch(ControlState* state);
 
