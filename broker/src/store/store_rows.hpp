@@ -92,6 +92,7 @@ class PendingWrites {
  private:
   std::size_t probe(std::string_view cmd_id) const noexcept;  // its slot, or the empty one it would take
   void grow_index();
+  void reserve_slot();  // capacity for one more slots_used_ entry (before anything changes)
 
   // Rows [0, commands_used_) are this turn's; the ones past it are kept for
   // their buffers. A put encodes into scratch_ and swaps it in, so a turn that
