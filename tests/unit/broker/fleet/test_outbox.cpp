@@ -145,6 +145,30 @@ TEST_CASE("command table: each rig's open commands in order, and the idempotency
   CHECK(t.open_count() == 1);
 }
 
+TEST_CASE("command table: an id inserted again replaces its entry and its indexes") {
+  CommandTable t(10);
+  CommandView v;
+  v.cmd_id = "a";
+  v.rig_id = "rig-1";
+  v.idempotency_key = "k-1";
+  v.attempts = 1;
+  t.insert(v);
+  v.rig_id = "rig-2";  // read again from the store, say, with what another broker wrote since
+  v.idempotency_key = "k-2";
+  v.attempts = 2;
+  CommandView* placed = t.insert(v);
+  REQUIRE(placed != nullptr);
+  CHECK(placed == t.find("a"));
+  CHECK(placed->attempts == 2);
+  CHECK(t.size() == 1);
+  CHECK(t.open_count() == 1);
+  CHECK(t.open_of("rig-1").empty());
+  REQUIRE(t.open_of("rig-2").size() == 1);
+  CHECK(t.open_of("rig-2")[0] == placed);
+  CHECK(t.find_by_key("k-1") == nullptr);
+  CHECK(t.find_by_key("k-2") == placed);
+}
+
 TEST_CASE("command table: a fleet-wide fan-out stays linear and bounded") {
   // More commands in flight than the capacity, then all finish: the table shrinks
   // back to its capacity and its bookkeeping queues stay bounded.
