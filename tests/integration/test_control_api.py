@@ -285,6 +285,24 @@ class TestControlApi(harness.LabTestCase):
         self.assertEqual(status, 200)
         self.assertEqual([c["state"] for c in listed["commands"]], ["queued"])
 
+    def test_bytes_sent_with_an_event_stream_request_do_not_spin_the_broker(self):
+        # What a client sends in the same write as its GET lands in lws's buffer,
+        # where the hang-up watch's poll() cannot see it: lws keeps it there without
+        # making the loop spin, and the stream goes on.
+        broker = self.lab.broker()
+        for extra in (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"x" * 3000):
+            stream = socket.create_connection((broker.control_host, broker.control_port), timeout=10)
+            stream.sendall(b"GET /v1/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n" + extra)
+            self.assertIn(b"200 OK", stream.recv(4096))
+            time.sleep(0.3)
+            before = cpu_seconds(broker.pid)
+            time.sleep(1.0)
+            self.assertLess(cpu_seconds(broker.pid) - before, 0.3, "the broker spins on a stream's buffered bytes")
+            stream.setblocking(False)
+            with self.assertRaises(BlockingIOError):  # still open: nothing closed it
+                stream.recv(1)
+            stream.close()
+
     def test_dashboard_page(self):
         broker = self.lab.broker()
         status, headers, raw = raw_request(broker, "GET", "/")

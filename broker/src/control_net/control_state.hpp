@@ -253,7 +253,8 @@ void cancel_end_of_turn_flush(StreamSession* s);
 // TLS close_notify, or any byte: an event stream's client has nothing more to
 // say) is closed: the loop spins for at most that tenth of a second. Bytes a
 // client sent in the same read as its request are in lws's buffer, not the
-// socket's, and are not seen: such a stream spins until it ends.
+// socket's, and are not seen; lws keeps them there without spinning, and the
+// stream goes on (test_control_api checks both).
 // An event stream started: the watch runs while there is one.
 void watch_for_hangups(ControlState* state);
 void cancel_hangup_watch(ControlState* state);
