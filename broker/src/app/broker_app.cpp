@@ -357,8 +357,22 @@ void BrokerApp::start_timers_and_signals() {
       slice_ms, slice_ms);
   uv_timer_init(loop_, &store_timer_);
   store_timer_.data = this;
-  uv_timer_start(&store_timer_, [](uv_timer_t* t) { static_cast<BrokerApp*>(t->data)->core_.commit_if_due(); },
-                 cfg_.store_commit_interval_ms, cfg_.store_commit_interval_ms);
+  // The pieces of a light interval (FleetCore::commit_if_due) run from an idle
+  // handle: once per turn of the loop, with the I/O that came in handled
+  // between two pieces. A zero timer restarted from its own callback would run
+  // again at once (libuv 1.44, Debian 12's), before any I/O.
+  uv_idle_init(loop_, &store_slices_);
+  store_slices_.data = this;
+  uv_timer_start(
+      &store_timer_,
+      [](uv_timer_t* t) {
+        auto* self = static_cast<BrokerApp*>(t->data);
+        if (!self->core_.commit_if_due()) return;
+        uv_idle_start(&self->store_slices_, [](uv_idle_t* h) {
+          if (!static_cast<BrokerApp*>(h->data)->core_.commit_more()) uv_idle_stop(h);
+        });
+      },
+      cfg_.store_commit_interval_ms, cfg_.store_commit_interval_ms);
   uv_timer_init(loop_, &prune_timer_);
   prune_timer_.data = this;
   uv_timer_start(
@@ -500,6 +514,8 @@ void BrokerApp::shutdown() {
     close_handle(&resume_timer_);
     uv_timer_stop(&store_timer_);
     close_handle(&store_timer_);
+    uv_idle_stop(&store_slices_);
+    close_handle(&store_slices_);
     uv_timer_stop(&prune_timer_);
     close_handle(&prune_timer_);
     uv_signal_stop(&sigterm_);

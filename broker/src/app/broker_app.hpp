@@ -114,6 +114,7 @@ class BrokerApp final : public Reloader {
   uv_timer_t sweep_timer_{};
   uv_timer_t resume_timer_{};  // runs only while some rig's reading is paused
   uv_timer_t store_timer_{};   // submits the store's pending steps
+  uv_idle_t store_slices_{};   // ...a light interval's in pieces, one per turn of the loop
   uv_async_t store_wakeup_{};  // the store's writer has outcomes (any thread may send it)
   bool store_wakeup_open_ = false;
   uv_timer_t prune_timer_{};   // the store's retention

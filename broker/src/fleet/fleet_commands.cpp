@@ -175,11 +175,22 @@ void FleetCore::release_held(std::uint64_t batch, const Expected<void>& result) 
   kick_each(kick, transport_);
 }
 
-void FleetCore::commit_if_due() {
+bool FleetCore::commit_if_due() {
+  const std::size_t slice = store_.interval_slice_rows();
+  return commit_steps(slice > 0 && unsaved_.size() <= slice * kIntervalSlices ? slice : SIZE_MAX);
+}
+
+bool FleetCore::commit_more() {
+  const std::size_t slice = store_.interval_slice_rows();
+  return commit_steps(slice > 0 ? slice : SIZE_MAX);
+}
+
+bool FleetCore::commit_steps(std::size_t limit) {
   if (!uncommitted_.empty()) (void)persist();  // a caller that did not persist its commands: they go now
-  save_unsaved();
-  if (store_.pending()) (void)store_.submit();
+  save_unsaved(limit);
+  if (store_.pending()) (void)(limit == SIZE_MAX ? store_.submit() : store_.submit_piece());
   on_store_progress();
+  return !unsaved_.empty();
 }
 
 void FleetCore::flush_store() {
@@ -208,12 +219,15 @@ void FleetCore::save_now(CommandView& v) {
   v.unsaved_result = false;
 }
 
-void FleetCore::save_unsaved() {
-  for (const CmdKey& key : unsaved_) {
-    CommandView* v = commands_.find(key.view());
-    if (v && v->unsaved) save_now(*v);
+void FleetCore::save_unsaved(std::size_t limit) {
+  std::size_t next = 0;
+  for (std::size_t saved = 0; next < unsaved_.size() && saved < limit; ++next) {
+    CommandView* v = commands_.find(unsaved_[next].view());
+    if (!v || !v->unsaved) continue;
+    save_now(*v);
+    ++saved;
   }
-  unsaved_.clear();
+  unsaved_.erase(unsaved_.begin(), unsaved_.begin() + static_cast<std::ptrdiff_t>(next));
 }
 
 // ---------------------------------------------------------------------------------

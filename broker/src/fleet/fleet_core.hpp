@@ -134,7 +134,15 @@ class FleetCore final : public Fleet {
   // What a crash loses of them the rigs tell again: a command the store has as
   // not acknowledged is sent again, and the rig's dedup answers with its ACK and
   // stored RESULT.
-  void commit_if_due();
+  //
+  // A light interval (at most kIntervalSlices pieces of the store's
+  // interval_slice_rows()) goes in those pieces, the first here and the rest
+  // by commit_more(), one per turn of the loop: a command that arrives
+  // meanwhile waits for one small commit, not for the whole interval's. True:
+  // steps are left for commit_more().
+  bool commit_if_due();
+  // The interval's next piece; true while steps are left.
+  bool commit_more();
   // Makes whatever is pending durable, and waits for it (shutdown).
   void flush_store();
   // The store has outcomes of batches (its wakeup ran): commands waiting for
@@ -287,7 +295,10 @@ class FleetCore final : public Fleet {
   // What only memory has goes to the store's buffer now (an operator's cancel;
   // an interval commit).
   void save_now(CommandView& v);
-  void save_unsaved();
+  // The first `limit` commands with unsaved steps, or all of them.
+  void save_unsaved(std::size_t limit = SIZE_MAX);
+  // persist(), save_unsaved(limit), submit; true while steps are left.
+  bool commit_steps(std::size_t limit);
   void finished(const CommandView& v);  // the event, the observer
   void end(CommandView& v, CommandState state, std::string detail);
   void expire_deadlines();
@@ -324,6 +335,7 @@ class FleetCore final : public Fleet {
   CommandTable commands_;
   std::uint64_t last_deadline_scan_ms_ = 0;
   static constexpr std::uint64_t kDeadlineScanMs = 200;
+  static constexpr std::size_t kIntervalSlices = 16;  // commit_if_due: a light interval's pieces, at most
   // Rigs seen before and not connected here now (the store's inventory).
   std::unordered_map<std::string, RigRecord, TransparentStringHash, std::equal_to<>> offline_;
   std::vector<CmdKey> uncommitted_;       // commands created since the last persist() (ids inline: no allocation)

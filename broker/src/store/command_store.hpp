@@ -166,6 +166,13 @@ class CommandStore {
   // Rows submitted and not yet durable (a bound on it keeps a stalled disk
   // from filling memory: new commands are refused beyond it).
   virtual std::size_t backlog() const noexcept { return 0; }
+  // A light interval's steps are handed over this many commands at a time,
+  // one piece per turn of the loop (FleetCore::commit_if_due), with
+  // submit_piece(): for a backend that commits a small batch at once, where a
+  // large one holds up what comes after it. 0: all of them together.
+  virtual std::size_t interval_slice_rows() const noexcept { return 0; }
+  // submit() for one such piece.
+  virtual std::uint64_t submit_piece() { return submit(); }
 
   // ---- reads ----
   virtual void find(std::string_view cmd_id, CommandCallback done) = 0;

@@ -245,7 +245,9 @@ void SqliteStore::retire() noexcept {
   }
 }
 
-std::uint64_t SqliteStore::submit() {
+std::uint64_t SqliteStore::submit() { return hand_over(options_.commit_here_max_rows); }
+
+std::uint64_t SqliteStore::hand_over(std::size_t here_max_rows) {
   retire();
   if (!pending()) return last_batch_;
   try {
@@ -261,7 +263,7 @@ std::uint64_t SqliteStore::submit() {
     try {
       in_flight_.push_back(current_);
       try {
-        if (current_->rows > options_.commit_here_max_rows || !writer_->commit_here(current_))
+        if (current_->rows > here_max_rows || !writer_->commit_here(current_))
           last_ticket_ = writer_->enqueue(current_);
       } catch (...) {
         in_flight_.pop_back();

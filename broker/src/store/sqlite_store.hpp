@@ -118,6 +118,10 @@ struct SqliteOptions {
   // time makes them. Larger batches, and every batch while the thread is
   // busy, go to the thread and are grouped there. 0: never on the loop.
   std::size_t commit_here_max_rows = 4;
+  // A light interval's steps go in pieces of this many rows
+  // (interval_slice_rows(), submit_piece()), each committed on the loop the
+  // same way while the thread is idle. 0: an interval goes whole, to the thread.
+  std::size_t interval_slice_rows = 8;
   // The writer thread's scheduling (store/sqlite_writer.hpp).
   int writer_nice = 0;
   bool writer_sched_batch = true;
@@ -185,6 +189,8 @@ class SqliteStore final : public CommandStore {
   std::vector<BatchOutcome> take_outcomes() override;
   void set_wakeup(std::function<void()> wake) override;
   std::size_t backlog() const noexcept override;
+  std::size_t interval_slice_rows() const noexcept override { return options_.interval_slice_rows; }
+  std::uint64_t submit_piece() override { return hand_over(options_.interval_slice_rows); }
 
   void find(std::string_view cmd_id, CommandCallback done) override;
   void find_by_key(std::string_view idempotency_key, CommandCallback done) override;
@@ -217,6 +223,9 @@ class SqliteStore final : public CommandStore {
   // Forgets the batches in flight that are durable now (their buffers become
   // spares for the next turns').
   void retire() noexcept;
+  // submit(): the buffer becomes the next batch, committed on the loop if it
+  // has at most `here_max_rows` rows and the writer thread is idle.
+  std::uint64_t hand_over(std::size_t here_max_rows);
   // Every buffer of writes not yet in the file, oldest first: the batches in
   // flight, then the loop's.
   template <class F>

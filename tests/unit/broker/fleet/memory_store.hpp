@@ -95,6 +95,10 @@ class MemoryStore final : public CommandStore {
     return out;
   }
 
+  // interval_slice_rows(): 0, every interval's steps at once (the default).
+  std::size_t slice_rows = 0;
+  std::size_t interval_slice_rows() const noexcept override { return slice_rows; }
+
   bool pending() const noexcept override {
     return !pending_.empty() || !pending_rigs_.empty() || !pending_jobs_.empty();
   }

@@ -194,6 +194,69 @@ TEST_CASE("store: a finished command the store has not got yet is not evicted be
   }
 }
 
+TEST_CASE("store: a light interval's steps go in pieces, one commit each, in order; a later step joins behind") {
+  CoreFixture f;
+  f.store->slice_rows = 2;
+  RigSession& s = f.live_rig("rig-1");
+  std::vector<EnqueueOk> cmds;
+  for (int i = 0; i < 5; ++i) cmds.push_back(f.enqueue_ok("rig-1"));
+  f.frames(s);
+  for (const EnqueueOk& c : cmds) f.send(s, msg::Ack{c.seq, c.cmd_id, false});
+  auto stored_acked = [&] {
+    std::vector<bool> out;
+    for (const EnqueueOk& c : cmds) out.push_back(f.store->stored(c.cmd_id)->state == CommandState::acked);
+    return out;
+  };
+  CHECK(stored_acked() == std::vector<bool>{false, false, false, false, false});
+  const int commits = f.store->shared()->commits;
+  CHECK(f.core->commit_if_due());  // steps are left
+  CHECK(stored_acked() == std::vector<bool>{true, true, false, false, false});
+  CHECK(f.core->commit_more());
+  CHECK(stored_acked() == std::vector<bool>{true, true, true, true, false});
+  // The first command ends meanwhile: its step goes behind the ones waiting.
+  f.send(s, CoreFixture::result_of(cmds[0].cmd_id));
+  CHECK_FALSE(f.core->commit_more());  // the last ACK and that end: nothing is left
+  CHECK(stored_acked() == std::vector<bool>{false, true, true, true, true});
+  CHECK(f.store->stored(cmds[0].cmd_id)->state == CommandState::succeeded);
+  CHECK(f.store->stored(cmds[0].cmd_id)->result.has_value());
+  CHECK(f.store->shared()->commits == commits + 3);
+  CHECK_FALSE(f.core->commit_more());  // nothing to do: no commit
+  CHECK(f.store->shared()->commits == commits + 3);
+}
+
+TEST_CASE("store: an interval of more steps than its pieces would take goes in one commit") {
+  CoreFixture f;
+  f.store->slice_rows = 1;  // at most 16 pieces of one: 17 steps go together
+  std::vector<EnqueueOk> cmds;
+  for (int r = 0; r < 17; ++r) {
+    const std::string rig = "rig-" + std::to_string(r);
+    RigSession& s = f.live_rig(rig);
+    cmds.push_back(f.enqueue_ok(rig));
+    f.frames(s);
+    f.send(s, msg::Ack{cmds.back().seq, cmds.back().cmd_id, false});
+  }
+  const int commits = f.store->shared()->commits;
+  CHECK_FALSE(f.core->commit_if_due());
+  CHECK(f.store->shared()->commits == commits + 1);
+  for (const EnqueueOk& c : cmds) CHECK(f.store->stored(c.cmd_id)->state == CommandState::acked);
+}
+
+TEST_CASE("store: what is left of a sliced interval is committed by a shutdown's flush") {
+  CoreFixture f;
+  f.store->slice_rows = 1;
+  RigSession& s = f.live_rig("rig-1");
+  const EnqueueOk a = f.enqueue_ok("rig-1");
+  const EnqueueOk b = f.enqueue_ok("rig-1");
+  f.frames(s);
+  f.send(s, msg::Ack{a.seq, a.cmd_id, false});
+  f.send(s, msg::Ack{b.seq, b.cmd_id, false});
+  CHECK(f.core->commit_if_due());
+  CHECK(f.store->stored(b.cmd_id)->state == CommandState::queued);
+  f.core->flush_store();
+  CHECK(f.store->stored(a.cmd_id)->state == CommandState::acked);
+  CHECK(f.store->stored(b.cmd_id)->state == CommandState::acked);
+}
+
 TEST_CASE("store with a writer: a keyed command goes once its batch is durable, a plain one at once; answers wait") {
   CoreFixture f;
   f.store->manual = true;

@@ -96,6 +96,22 @@ TEST_CASE("writer: a small batch while the thread is idle is committed by submit
     CHECK(raw.integer("SELECT count(*) FROM commands") == 3);
   }
 
+  SUBCASE("a piece of an interval is committed here up to its own limit") {
+    const std::size_t rows = SqliteOptions{}.interval_slice_rows;
+    REQUIRE(rows > SqliteOptions{}.commit_here_max_rows);
+    CHECK(store->interval_slice_rows() == rows);
+    for (std::uint64_t i = 0; i < rows; ++i)
+      store->put_command(command(id_at(kT0 + i), "r", CommandState::queued), false);
+    const std::uint64_t n = store->submit_piece();
+    CHECK(store->durable_through() == n);
+    CHECK(store->stats().commits_on_loop == 1);
+    for (std::uint64_t i = 0; i <= rows; ++i)
+      store->put_command(command(id_at(kT0 + 100 + i), "r", CommandState::queued), false);
+    const std::uint64_t m = store->submit_piece();  // one over: the thread's
+    REQUIRE(durable_soon(*store, m));
+    CHECK(store->stats().commits_on_loop == 1);
+  }
+
   SUBCASE("a batch over the limit goes to the thread") {
     for (std::uint64_t i = 0; i < 5; ++i) store->put_command(command(id_at(kT0 + i), "r", CommandState::queued), false);
     const std::uint64_t n = store->submit();
